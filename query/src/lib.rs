@@ -1,0 +1,7 @@
+//! Pure SQL compilation for Trove.
+//!
+//! Nothing in this crate performs IO or is async: every function takes what it needs from the
+//! database as plain values (a schema, a hierarchy, a cursor) and returns sea-query statements
+//! whose values are all bound parameters.
+
+pub mod list;

@@ -1,0 +1,61 @@
+//! The key check: headers `x-api-key` and `x-api-key-secret`, verified against the database on
+//! every request.
+
+use chrono::Utc;
+use poem::http::HeaderMap;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::AuthContext;
+use crate::crypto::verify_key_secret;
+use crate::error::ApiError;
+use crate::store;
+
+/// A header's value when it is present and made of visible ASCII; anything else counts as
+/// missing (interface: "a header value with characters other than visible ASCII is reported
+/// as missing").
+fn visible_header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let value = headers.get(name)?;
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return None;
+    }
+    value.to_str().ok()
+}
+
+/// Authenticates a request. Failures are the interface's 401s; a database that cannot be
+/// reached also answers `Invalid API Key or Secret`.
+pub async fn authenticate(pool: &PgPool, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+    let key = visible_header(headers, "x-api-key").ok_or(ApiError::NoApiKey)?;
+    let secret = visible_header(headers, "x-api-key-secret").ok_or(ApiError::NoApiSecret)?;
+    let key_id = Uuid::parse_str(key).map_err(|_| ApiError::InvalidKeyId)?;
+
+    let key = match store::api_keys::key_for_auth(pool, key_id).await {
+        Ok(Some(key)) => key,
+        Ok(None) => return Err(ApiError::InvalidKeyOrSecret),
+        Err(error) => {
+            tracing::warn!(%error, "key check could not read the database");
+            return Err(ApiError::InvalidKeyOrSecret);
+        }
+    };
+    // Verify the secret before looking at state, so every refusal costs the same.
+    let secret_ok = verify_key_secret(key.id, secret, &key.secret_hash);
+    let expired = key.expiration.is_some_and(|t| t <= Utc::now());
+    if !secret_ok || !key.active || expired {
+        return Err(ApiError::InvalidKeyOrSecret);
+    }
+    let entries = match store::api_keys::entries(pool, key.id).await {
+        Ok(entries) => entries,
+        Err(error) => {
+            tracing::warn!(%error, "key check could not read permissions");
+            return Err(ApiError::InvalidKeyOrSecret);
+        }
+    };
+    Ok(AuthContext {
+        key_id: key.id,
+        name: key.name,
+        description: key.description,
+        is_master: key.is_master,
+        entries,
+    })
+}

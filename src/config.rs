@@ -1,0 +1,263 @@
+//! Configuration from the environment (a `.env` file in the working directory is read first).
+//!
+//! A missing or malformed required value stops the process at start with a message naming the
+//! variable. Secret values are kept in [`Secret`], whose `Debug` never shows them.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use base64::Engine;
+use uuid::Uuid;
+
+use crate::auth::license::License;
+
+/// A value that must never reach logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret<T>(T);
+
+impl<T> Secret<T> {
+    pub fn new(value: T) -> Self {
+        Self(value)
+    }
+
+    /// The secret value, for the one place that needs it.
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Where the worker serves its metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsListen {
+    Off,
+    Addr(SocketAddr),
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The master key's configured values (used only at installation).
+#[derive(Debug, Clone)]
+pub struct MasterKey {
+    pub id: Uuid,
+    pub secret: Secret<String>,
+}
+
+/// Names of the JetStream objects; tests give each test its own.
+#[derive(Debug, Clone)]
+pub struct QueueNames {
+    pub stream: String,
+    pub subject_prefix: String,
+    pub consumer: String,
+}
+
+impl Default for QueueNames {
+    fn default() -> Self {
+        Self {
+            stream: "TROVE_DOCUMENTS".to_owned(),
+            subject_prefix: "trove.documents".to_owned(),
+            consumer: "trove-workers".to_owned(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database_url: Secret<String>,
+    pub nats_url: String,
+    pub listen: SocketAddr,
+    pub master_key: Option<MasterKey>,
+    /// AES-256-GCM key for data at rest.
+    pub secret: Secret<[u8; 32]>,
+    pub license: License,
+    pub sidecar_url: Option<String>,
+    pub sidecar_listen: SocketAddr,
+    pub run_worker: bool,
+    pub worker_metrics_listen: MetricsListen,
+    pub models_dir: Option<PathBuf>,
+    pub log_filter: String,
+    pub log_format: LogFormat,
+    pub queue: QueueNames,
+}
+
+/// A configuration error: names the variable and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{variable}: {reason}")]
+pub struct ConfigError {
+    pub variable: &'static str,
+    pub reason: String,
+}
+
+fn err(variable: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { variable, reason: reason.into() }
+}
+
+/// Whether a string is a valid API key secret: 48 characters of `A–Z a–z 0–9 + /`.
+pub fn is_valid_key_secret(secret: &str) -> bool {
+    secret.len() == 48 && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
+impl Config {
+    /// Reads `.env` (if present) and the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        // A missing .env file is normal; a malformed one is reported.
+        if let Err(e) = dotenvy::dotenv()
+            && !e.not_found()
+        {
+            return Err(err(".env", e.to_string()));
+        }
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Builds the configuration from a lookup function (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| get(name).filter(|v| !v.is_empty());
+        let database_url = get("TROVE_DATABASE_URL").ok_or_else(|| err("TROVE_DATABASE_URL", "required"))?;
+        let nats_url = get("TROVE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+        let listen = parse_addr("TROVE_LISTEN", get("TROVE_LISTEN"), "127.0.0.1:8080")?;
+
+        let master_key = match (get("TROVE_MASTER_KEY_ID"), get("TROVE_MASTER_KEY_SECRET")) {
+            (None, None) => None,
+            (Some(id), Some(secret)) => {
+                let id = Uuid::parse_str(&id).map_err(|e| err("TROVE_MASTER_KEY_ID", e.to_string()))?;
+                if !is_valid_key_secret(&secret) {
+                    return Err(err(
+                        "TROVE_MASTER_KEY_SECRET",
+                        "must be 48 characters of A-Z a-z 0-9 + /",
+                    ));
+                }
+                Some(MasterKey { id, secret: Secret::new(secret) })
+            }
+            (None, Some(_)) => return Err(err("TROVE_MASTER_KEY_ID", "required with TROVE_MASTER_KEY_SECRET")),
+            (Some(_), None) => return Err(err("TROVE_MASTER_KEY_SECRET", "required with TROVE_MASTER_KEY_ID")),
+        };
+
+        let secret = get("TROVE_SECRET").ok_or_else(|| err("TROVE_SECRET", "required"))?;
+        let secret = base64::engine::general_purpose::STANDARD
+            .decode(secret.trim())
+            .map_err(|_| err("TROVE_SECRET", "must be base64"))?;
+        let secret: [u8; 32] = secret
+            .try_into()
+            .map_err(|_| err("TROVE_SECRET", "must be base64 of exactly 32 bytes"))?;
+
+        let license = match get("TROVE_LICENSE") {
+            None => License::unlimited(),
+            Some(path) => License::from_file(&PathBuf::from(path)).map_err(|e| err("TROVE_LICENSE", e))?,
+        };
+
+        let run_worker = match get("TROVE_WORKER").as_deref() {
+            None | Some("true") | Some("1") => true,
+            Some("false") | Some("0") => false,
+            Some(_) => return Err(err("TROVE_WORKER", "must be true, false, 1 or 0")),
+        };
+        let worker_metrics_listen = match get("TROVE_WORKER_METRICS_LISTEN").as_deref() {
+            Some("off") => MetricsListen::Off,
+            other => MetricsListen::Addr(parse_addr(
+                "TROVE_WORKER_METRICS_LISTEN",
+                other.map(str::to_owned),
+                "0.0.0.0:9090",
+            )?),
+        };
+        let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(_) => return Err(err("TROVE_LOG_FORMAT", "must be text or json")),
+        };
+
+        Ok(Self {
+            database_url: Secret::new(database_url),
+            nats_url,
+            listen,
+            master_key,
+            secret: Secret::new(secret),
+            license,
+            sidecar_url: get("TROVE_SIDECAR_URL"),
+            sidecar_listen: parse_addr("TROVE_SIDECAR_LISTEN", get("TROVE_SIDECAR_LISTEN"), "127.0.0.1:50051")?,
+            run_worker,
+            worker_metrics_listen,
+            models_dir: get("TROVE_MODELS_DIR").map(PathBuf::from),
+            log_filter: get("TROVE_LOG").unwrap_or_else(|| "info".to_owned()),
+            log_format,
+            queue: QueueNames::default(),
+        })
+    }
+}
+
+fn parse_addr(
+    variable: &'static str,
+    value: Option<String>,
+    default: &str,
+) -> Result<SocketAddr, ConfigError> {
+    let value = value.unwrap_or_else(|| default.to_owned());
+    // Accept host names such as `localhost:8080` as well as literal addresses.
+    if let Ok(addr) = value.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs;
+    value
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| err(variable, format!("not a socket address: {value}")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const SECRET: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+    #[test]
+    fn required_values_are_named() {
+        let e = Config::from_lookup(lookup(&[])).unwrap_err();
+        assert_eq!(e.variable, "TROVE_DATABASE_URL");
+        let e = Config::from_lookup(lookup(&[("TROVE_DATABASE_URL", "postgres://x")])).unwrap_err();
+        assert_eq!(e.variable, "TROVE_SECRET");
+        let e = Config::from_lookup(lookup(&[("TROVE_DATABASE_URL", "postgres://x"), ("TROVE_SECRET", "abc")]))
+            .unwrap_err();
+        assert_eq!(e.variable, "TROVE_SECRET");
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = Config::from_lookup(lookup(&[("TROVE_DATABASE_URL", "postgres://x"), ("TROVE_SECRET", SECRET)]))
+            .unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.nats_url, "nats://127.0.0.1:4222");
+        assert!(c.run_worker);
+        assert!(c.master_key.is_none());
+        assert_eq!(format!("{:?}", c.database_url), "Secret(***)");
+    }
+
+    #[test]
+    fn master_secret_is_checked() {
+        let e = Config::from_lookup(lookup(&[
+            ("TROVE_DATABASE_URL", "postgres://x"),
+            ("TROVE_SECRET", SECRET),
+            ("TROVE_MASTER_KEY_ID", "00000000-0000-0000-0000-000000000001"),
+            ("TROVE_MASTER_KEY_SECRET", "short"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.variable, "TROVE_MASTER_KEY_SECRET");
+    }
+}

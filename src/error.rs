@@ -1,0 +1,272 @@
+//! The one place where service errors become the interface's statuses and bodies.
+//!
+//! Every error a handler can return is an [`ApiError`]; [`ApiError::status`] and
+//! [`ApiError::body`] are exhaustive matches, so a new variant forces a decision about its
+//! status and message. Messages are the interface's own, reproduced exactly.
+
+use poem::http::StatusCode;
+use poem::{Response, error::ResponseError};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::auth::{AccessLevel, ObjectType};
+
+/// An error of the service, as the interface names it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `Invalid parameter`, `details.error` = the reason.
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(String),
+    /// 400 `Invalid object type`.
+    #[error("invalid object type")]
+    InvalidObjectType,
+    /// 400 `Pagination error`.
+    #[error("pagination error")]
+    Pagination,
+    /// 400 `Invalid order_by parameter`, `details` = rejected values as sent.
+    #[error("invalid order_by parameter")]
+    InvalidOrderBy(Vec<String>),
+    /// 400 `Invalid interval format: <value>. ...`.
+    #[error("invalid interval format")]
+    InvalidInterval(String),
+    /// 400 `Schema error`.
+    #[error("schema error")]
+    Schema,
+
+    /// 401 `Unauthorized: No API Key specified.`
+    #[error("no api key")]
+    NoApiKey,
+    /// 401 `Unauthorized: No API Secret Key specified.`
+    #[error("no api secret")]
+    NoApiSecret,
+    /// 401 `Invalid key ID`.
+    #[error("invalid key id")]
+    InvalidKeyId,
+    /// 401 `Invalid API Key or Secret`.
+    #[error("invalid api key or secret")]
+    InvalidKeyOrSecret,
+
+    /// 403 `Unauthorized: access level <level> required for <type> with id <id>`.
+    #[error("access denied")]
+    AccessDenied { level: AccessLevel, object_type: ObjectType, id: Option<Uuid> },
+    /// 403 `Invalid license: Expired`.
+    #[error("license expired")]
+    LicenseExpired,
+    /// 403 `Invalid license: Exceeded("<types>")`.
+    #[error("license exceeded")]
+    LicenseExceeded(Vec<ObjectType>),
+    /// 403 `License limits exceeded for <display name>`.
+    #[error("license limit")]
+    LicenseLimit(ObjectType),
+
+    /// 404 with a short message (`ApiKey not found`, ...) and `details.id` when known.
+    #[error("not found: {message}")]
+    NotFound { message: &'static str, id: Option<Uuid> },
+    /// 404 `<Type> with id <id> not found` (permission entries, traces).
+    #[error("object not found")]
+    ObjectNotFound { type_name: &'static str, id: Uuid },
+
+    /// 409 `Conflict unique error`.
+    #[error("conflict unique")]
+    ConflictUnique,
+    /// 409 `Conflict related error`.
+    #[error("conflict related")]
+    ConflictRelated,
+
+    /// 500 `Internal error`, `details.error` = the reason.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// 500 with the database's own message.
+    #[error("database error: {0}")]
+    Database(String),
+    /// 500 `Database connection error: <reason>`.
+    #[error("database connection error: {0}")]
+    DatabaseConnection(String),
+    /// 500 `NATS error`.
+    #[error("nats error: {0}")]
+    Nats(String),
+    /// 500 `Failed to get stream info: <reason>` (statistics).
+    #[error("stream info: {0}")]
+    StreamInfo(String),
+
+    /// A plain-text response of §Errors "Responses without the JSON body".
+    #[error("{message}")]
+    Plain { status: StatusCode, message: String },
+}
+
+impl ApiError {
+    /// 400 plain text `Failed to deserialize query string: <reason>`.
+    pub fn query_string(reason: impl std::fmt::Display) -> Self {
+        Self::Plain {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("Failed to deserialize query string: {reason}"),
+        }
+    }
+
+    /// `ApiKey not found` with the id.
+    pub fn api_key_not_found(id: Uuid) -> Self {
+        Self::NotFound { message: "ApiKey not found", id: Some(id) }
+    }
+
+    /// Status of the response.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidParameter(_)
+            | Self::InvalidObjectType
+            | Self::Pagination
+            | Self::InvalidOrderBy(_)
+            | Self::InvalidInterval(_)
+            | Self::Schema => StatusCode::BAD_REQUEST,
+            Self::NoApiKey | Self::NoApiSecret | Self::InvalidKeyId | Self::InvalidKeyOrSecret => {
+                StatusCode::UNAUTHORIZED
+            }
+            Self::AccessDenied { .. }
+            | Self::LicenseExpired
+            | Self::LicenseExceeded(_)
+            | Self::LicenseLimit(_) => StatusCode::FORBIDDEN,
+            Self::NotFound { .. } | Self::ObjectNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::ConflictUnique | Self::ConflictRelated => StatusCode::CONFLICT,
+            Self::Internal(_)
+            | Self::Database(_)
+            | Self::DatabaseConnection(_)
+            | Self::Nats(_)
+            | Self::StreamInfo(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Plain { status, .. } => *status,
+        }
+    }
+
+    /// `(message, details)` of the JSON error body; `None` for plain-text errors.
+    fn message_and_details(&self) -> Option<(String, Option<Value>)> {
+        let pair = match self {
+            Self::InvalidParameter(reason) => {
+                ("Invalid parameter".to_owned(), Some(json!({ "error": reason })))
+            }
+            Self::InvalidObjectType => ("Invalid object type".to_owned(), None),
+            Self::Pagination => ("Pagination error".to_owned(), None),
+            Self::InvalidOrderBy(values) => {
+                ("Invalid order_by parameter".to_owned(), Some(json!(values)))
+            }
+            Self::InvalidInterval(value) => (
+                format!(
+                    "Invalid interval format: {value}. Must be a valid Prometheus duration (e.g., 15m, 1h, 24h)."
+                ),
+                None,
+            ),
+            Self::Schema => ("Schema error".to_owned(), None),
+            Self::NoApiKey => ("Unauthorized: No API Key specified.".to_owned(), None),
+            Self::NoApiSecret => ("Unauthorized: No API Secret Key specified.".to_owned(), None),
+            Self::InvalidKeyId => ("Invalid key ID".to_owned(), None),
+            Self::InvalidKeyOrSecret => ("Invalid API Key or Secret".to_owned(), None),
+            Self::AccessDenied { level, object_type, id } => {
+                let id = match id {
+                    Some(id) => format!("Some({id})"),
+                    None => "None".to_owned(),
+                };
+                (
+                    format!(
+                        "Unauthorized: access level {level} required for {} with id {id}",
+                        object_type.key()
+                    ),
+                    None,
+                )
+            }
+            Self::LicenseExpired => ("Invalid license: Expired".to_owned(), None),
+            Self::LicenseExceeded(types) => {
+                let keys: Vec<&str> = types.iter().map(|t| t.key()).collect();
+                (format!("Invalid license: Exceeded(\"{}\")", keys.join(", ")), None)
+            }
+            Self::LicenseLimit(object_type) => {
+                (format!("License limits exceeded for {}", object_type.display_name()), None)
+            }
+            Self::NotFound { message, id } => {
+                ((*message).to_owned(), id.map(|id| json!({ "id": id })))
+            }
+            Self::ObjectNotFound { type_name, id } => {
+                (format!("{type_name} with id {id} not found"), None)
+            }
+            Self::ConflictUnique => ("Conflict unique error".to_owned(), None),
+            Self::ConflictRelated => ("Conflict related error".to_owned(), None),
+            Self::Internal(reason) => ("Internal error".to_owned(), Some(json!({ "error": reason }))),
+            Self::Database(message) => (message.clone(), None),
+            Self::DatabaseConnection(reason) => {
+                (format!("Database connection error: {reason}"), None)
+            }
+            Self::Nats(_) => ("NATS error".to_owned(), None),
+            Self::StreamInfo(reason) => (format!("Failed to get stream info: {reason}"), None),
+            Self::Plain { .. } => return None,
+        };
+        Some(pair)
+    }
+
+    /// The response for this error.
+    pub fn to_response(&self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        match self.message_and_details() {
+            Some((message, details)) => {
+                let mut error = serde_json::Map::new();
+                error.insert("message".to_owned(), Value::String(message));
+                if let Some(details) = details {
+                    error.insert("details".to_owned(), details);
+                }
+                let body = json!({ "error": Value::Object(error) });
+                Response::builder()
+                    .status(status)
+                    .content_type("application/json")
+                    .body(body.to_string())
+            }
+            None => {
+                let message = match self {
+                    Self::Plain { message, .. } => message.clone(),
+                    _ => String::new(),
+                };
+                Response::builder()
+                    .status(status)
+                    .content_type("text/plain; charset=utf-8")
+                    .body(message)
+            }
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status(&self) -> StatusCode {
+        ApiError::status(self)
+    }
+
+    fn as_response(&self) -> Response {
+        self.to_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::Database(db) => match db.kind() {
+                sqlx::error::ErrorKind::UniqueViolation => Self::ConflictUnique,
+                sqlx::error::ErrorKind::ForeignKeyViolation => Self::ConflictRelated,
+                _ => Self::Database(db.message().to_owned()),
+            },
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+                Self::DatabaseConnection(err.to_string())
+            }
+            _ => Self::Database(err.to_string()),
+        }
+    }
+}
+
+impl From<trove_query::list::ListQueryError> for ApiError {
+    fn from(err: trove_query::list::ListQueryError) -> Self {
+        use trove_query::list::ListQueryError as E;
+        match err {
+            E::QueryString(reason) => Self::query_string(reason),
+            E::Pagination => Self::Pagination,
+            E::InvalidOrderBy(values) => Self::InvalidOrderBy(values),
+        }
+    }
+}
+
+/// Result of service operations.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,199 @@
+//! Request extractors that reproduce the interface's exact rejections.
+//!
+//! poem-openapi extracts an operation's arguments in declaration order, so handlers take
+//! [`Auth`] first (authentication before path, query and body), then [`PathId`]s, then headers,
+//! then the query string, then the body ([`JsonBody`]).
+
+use poem::http::StatusCode;
+use poem::{Request, RequestBody};
+use poem_openapi::registry::{
+    MetaMediaType, MetaParamIn, MetaRequest, MetaSchemaRef, MetaSecurityScheme, Registry,
+};
+use poem_openapi::types::Type;
+use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions};
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use crate::auth::AuthContext;
+use crate::auth::key_check::authenticate;
+use crate::error::ApiError;
+use crate::startup::AppState;
+
+/// Largest REST request body (interface: 2 megabytes).
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// The shared state, put in every request by the router.
+pub fn state(request: &Request) -> Result<&AppState, ApiError> {
+    request.data::<AppState>().ok_or_else(|| ApiError::Internal("application state missing".to_owned()))
+}
+
+/// The authenticated key of the request.
+pub struct Auth(pub AuthContext);
+
+impl<'a> ApiExtractor<'a> for Auth {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::SecurityScheme];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    fn register(registry: &mut Registry) {
+        registry.create_security_scheme(
+            "ApiKey",
+            MetaSecurityScheme {
+                ty: "apiKey",
+                description: Some("Key id (UUID); sent together with `x-api-key-secret`."),
+                name: Some("x-api-key"),
+                key_in: Some("header"),
+                scheme: None,
+                bearer_format: None,
+                flows: None,
+                openid_connect_url: None,
+            },
+        );
+        registry.create_security_scheme(
+            "ApiKeySecret",
+            MetaSecurityScheme {
+                ty: "apiKey",
+                description: Some("The key's 48-character secret."),
+                name: Some("x-api-key-secret"),
+                key_in: Some("header"),
+                scheme: None,
+                bearer_format: None,
+                flows: None,
+                openid_connect_url: None,
+            },
+        );
+    }
+
+    fn security_schemes() -> Vec<&'static str> {
+        vec!["ApiKey", "ApiKeySecret"]
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        _body: &mut RequestBody,
+        _opts: ExtractParamOptions<()>,
+    ) -> poem::Result<Self> {
+        let state = state(request)?;
+        Ok(Auth(authenticate(&state.pool, request.headers()).await?))
+    }
+}
+
+/// A UUID path parameter named after the handler's argument.
+pub struct PathId(pub Uuid);
+
+impl<'a> ApiExtractor<'a> for PathId {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
+    const PARAM_IS_REQUIRED: bool = true;
+    type ParamType = Uuid;
+    type ParamRawType = Uuid;
+
+    fn register(registry: &mut Registry) {
+        Uuid::register(registry);
+    }
+
+    fn param_in() -> Option<MetaParamIn> {
+        Some(MetaParamIn::Path)
+    }
+
+    fn param_schema_ref() -> Option<MetaSchemaRef> {
+        Some(Uuid::schema_ref())
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        _body: &mut RequestBody,
+        opts: ExtractParamOptions<Uuid>,
+    ) -> poem::Result<Self> {
+        let raw = request.raw_path_param(opts.name).unwrap_or_default();
+        let value = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+        match Uuid::parse_str(&value) {
+            Ok(id) => Ok(PathId(id)),
+            Err(e) => Err(ApiError::Plain {
+                status: StatusCode::BAD_REQUEST,
+                message: format!(
+                    "Invalid URL: Cannot parse `{}` with value `{value}`: UUID parsing failed: {e}",
+                    opts.name
+                ),
+            }
+            .into()),
+        }
+    }
+}
+
+/// A JSON request body parsed with serde, so that rejections carry serde's reasons with line
+/// and column: 415 without a JSON content type, 413 over 2 MB, 400 for invalid JSON, 422 for a
+/// body of the wrong shape.
+pub struct JsonBody<T>(pub T);
+
+/// Whether a content type is JSON (`application/json` or `application/*+json`).
+pub fn is_json_content_type(content_type: &str) -> bool {
+    content_type.parse::<mime::Mime>().is_ok_and(|m| {
+        m.type_() == "application" && (m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"))
+    })
+}
+
+/// Reads a JSON body under the REST limits and parses it.
+pub async fn read_json<T: DeserializeOwned>(request: &Request, body: &mut RequestBody) -> Result<T, ApiError> {
+    if !request.content_type().is_some_and(is_json_content_type) {
+        return Err(ApiError::Plain {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: "Expected request with Content-Type: application/json".to_owned(),
+        });
+    }
+    let too_large = || ApiError::Plain {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: "Failed to buffer the request body: length limit exceeded".to_owned(),
+    };
+    let body = body.take().map_err(|_| ApiError::Internal("request body already read".to_owned()))?;
+    let bytes = body.into_bytes_limit(MAX_BODY_BYTES).await.map_err(|e| match e {
+        poem::error::ReadBodyError::PayloadTooLarge => too_large(),
+        other => ApiError::Plain {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("Failed to buffer the request body: {other}"),
+        },
+    })?;
+    parse_json(&bytes)
+}
+
+/// Parses JSON bytes into `T` with the interface's two rejections.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data => ApiError::Plain {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                message: format!("Failed to deserialize the JSON body into the target type: {e}"),
+            },
+            Category::Syntax | Category::Eof | Category::Io => ApiError::Plain {
+                status: StatusCode::BAD_REQUEST,
+                message: format!("Failed to parse the request body as JSON: {e}"),
+            },
+        }
+    })
+}
+
+impl<'a, T: DeserializeOwned + Type + Send> ApiExtractor<'a> for JsonBody<T> {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        Some(MetaRequest {
+            description: None,
+            content: vec![MetaMediaType { content_type: "application/json", schema: T::schema_ref() }],
+            required: true,
+        })
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        _opts: ExtractParamOptions<()>,
+    ) -> poem::Result<Self> {
+        Ok(JsonBody(read_json(request, body).await?))
+    }
+}

@@ -1,0 +1,79 @@
+//! The HTTP interface: one file per resource; handlers extract, authorize, call the service
+//! layer and shape the response.
+
+pub mod api_keys;
+pub mod core;
+pub mod extract;
+pub mod respond;
+pub mod routes;
+pub mod shell;
+pub mod statistics;
+
+use std::sync::Arc;
+
+use poem::http::Method;
+use poem::{Endpoint, EndpointExt, Route};
+use poem_openapi::{OpenApiService, Tags};
+
+use crate::startup::AppState;
+use routes::{RouteKind, RouteTable};
+use shell::Shell;
+
+/// Groups of operations in the reference.
+#[derive(Tags)]
+pub enum ApiTags {
+    /// Service statistics.
+    Service,
+    /// API keys, key check and permissions.
+    ApiKeys,
+}
+
+/// The release string of the OpenAPI document (`<year>-<month>`).
+pub const API_VERSION: &str = "2026-11";
+
+/// The OpenAPI service of every operation.
+pub fn openapi_service() -> OpenApiService<(core::CoreApi, api_keys::ApiKeysApi), ()> {
+    OpenApiService::new((core::CoreApi, api_keys::ApiKeysApi), "Trove", API_VERSION)
+        .description("Knowledge retrieval and agent service.")
+}
+
+/// The OpenAPI document as served at `/openapi.json`.
+pub fn openapi_document() -> String {
+    openapi_service().spec()
+}
+
+/// Builds the whole application endpoint.
+pub fn app(state: AppState) -> impl Endpoint {
+    let service = openapi_service();
+    let spec: serde_json::Value = serde_json::from_str(&service.spec()).unwrap_or_default();
+    let mut routes = RouteTable::default();
+    routes.add_openapi(&spec);
+    // `/statistics` is in the document but is not an authenticated operation.
+    let mut table = RouteTable::default();
+    for (template, methods, kind, prefix) in [
+        ("/", vec![Method::GET], RouteKind::Reference, false),
+        ("/healthz", vec![Method::GET], RouteKind::Reference, false),
+        ("/metrics", vec![Method::GET], RouteKind::Reference, false),
+        ("/openapi.json", vec![Method::GET], RouteKind::Reference, false),
+        ("/docs", vec![Method::GET], RouteKind::Reference, true),
+        ("/_docs", vec![Method::GET], RouteKind::Reference, true),
+        ("/_docs-alt", vec![Method::GET], RouteKind::Reference, true),
+        ("/statistics", vec![Method::GET], RouteKind::Statistics, false),
+    ] {
+        table.add(template, methods, kind, prefix);
+    }
+    let routes = table.merged(routes);
+
+    let reference = Route::new()
+        .at("/", core::root)
+        .at("/healthz", core::healthz)
+        .at("/metrics", core::metrics)
+        .at("/openapi.json", service.spec_endpoint())
+        .nest("/docs", service.swagger_ui())
+        .nest("/_docs", service.swagger_ui())
+        .nest("/_docs-alt", service.redoc())
+        .data(state.clone());
+    let metrics = state.metrics.clone();
+    let api = service.data(state);
+    Shell { api, reference, routes: Arc::new(routes), metrics }
+}

@@ -1,0 +1,112 @@
+//! Response payloads serialized with serde (so field formats such as timestamps are the
+//! service's own) while still documenting their schema in the OpenAPI document.
+
+use poem::http::StatusCode;
+use poem::{IntoResponse, Response};
+use poem_openapi::ApiResponse;
+use poem_openapi::registry::{MetaMediaType, MetaResponse, MetaResponses, Registry};
+use poem_openapi::types::Type;
+use serde::Serialize;
+
+fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => Response::builder().status(status).content_type("application/json").body(body),
+        Err(e) => crate::error::ApiError::Internal(e.to_string()).to_response(),
+    }
+}
+
+fn meta_json<T: Type>(status: u16, description: &'static str) -> MetaResponses {
+    MetaResponses {
+        responses: vec![MetaResponse {
+            description,
+            status: Some(status),
+            status_range: None,
+            content: vec![MetaMediaType { content_type: "application/json", schema: T::schema_ref() }],
+            headers: vec![],
+        }],
+    }
+}
+
+fn meta_empty(status: u16, description: &'static str) -> MetaResponses {
+    MetaResponses {
+        responses: vec![MetaResponse {
+            description,
+            status: Some(status),
+            status_range: None,
+            content: vec![],
+            headers: vec![],
+        }],
+    }
+}
+
+/// 200 with a JSON body.
+pub struct Json<T>(pub T);
+
+impl<T: Serialize + Send> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        json_response(StatusCode::OK, &self.0)
+    }
+}
+
+impl<T: Serialize + Type + Send> ApiResponse for Json<T> {
+    fn meta() -> MetaResponses {
+        meta_json::<T>(200, "Success")
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+}
+
+/// 201 with the created object.
+pub struct Created<T>(pub T);
+
+impl<T: Serialize + Send> IntoResponse for Created<T> {
+    fn into_response(self) -> Response {
+        json_response(StatusCode::CREATED, &self.0)
+    }
+}
+
+impl<T: Serialize + Type + Send> ApiResponse for Created<T> {
+    fn meta() -> MetaResponses {
+        meta_json::<T>(201, "Created")
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+}
+
+/// 204 without a body.
+pub struct NoContent;
+
+impl IntoResponse for NoContent {
+    fn into_response(self) -> Response {
+        Response::builder().status(StatusCode::NO_CONTENT).finish()
+    }
+}
+
+impl ApiResponse for NoContent {
+    fn meta() -> MetaResponses {
+        meta_empty(204, "Deleted")
+    }
+
+    fn register(_registry: &mut Registry) {}
+}
+
+/// 200 with an empty body (actions whose result is only their status).
+pub struct EmptyOk;
+
+impl IntoResponse for EmptyOk {
+    fn into_response(self) -> Response {
+        Response::builder().status(StatusCode::OK).finish()
+    }
+}
+
+impl ApiResponse for EmptyOk {
+    fn meta() -> MetaResponses {
+        meta_empty(200, "Applied")
+    }
+
+    fn register(_registry: &mut Registry) {}
+}

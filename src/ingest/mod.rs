@@ -1,0 +1,3 @@
+//! Document ingestion: the JetStream queue (and, later, the worker).
+
+pub mod queue;

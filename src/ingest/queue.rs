@@ -1,0 +1,74 @@
+//! The JetStream stream that carries document processing jobs.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+
+use crate::config::QueueNames;
+
+/// How long the queue keeps a job (interface: 24 hours from submission).
+pub const JOB_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A handle on the queue. Cloning is cheap.
+#[derive(Clone)]
+pub struct Queue {
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    names: QueueNames,
+}
+
+impl Queue {
+    /// Connects to NATS. The connection is retried in the background, so a NATS server that is
+    /// down at start is reported per request (`NATS error`) rather than by a crash.
+    pub async fn connect(url: &str, names: QueueNames) -> Result<Self, async_nats::ConnectError> {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(5))
+            .request_timeout(Some(Duration::from_secs(5)))
+            .connect(url)
+            .await?;
+        let jetstream = jetstream::new(client.clone());
+        Ok(Self { client, jetstream, names })
+    }
+
+    /// The names of the stream, subjects and consumer.
+    pub fn names(&self) -> &QueueNames {
+        &self.names
+    }
+
+    /// The raw client (health and shutdown).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The stream's configuration.
+    fn stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.names.stream.clone(),
+            subjects: vec![format!("{}.>", self.names.subject_prefix)],
+            max_age: JOB_RETENTION,
+            storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::Limits,
+            ..Default::default()
+        }
+    }
+
+    /// Creates the stream when it does not exist.
+    pub async fn ensure_stream(&self) -> Result<(), String> {
+        self.jetstream
+            .get_or_create_stream(self.stream_config())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Messages in the stream: jobs waiting or being processed.
+    pub async fn message_count(&self) -> Result<u64, String> {
+        let stream = match self.jetstream.get_stream(&self.names.stream).await {
+            Ok(stream) => stream,
+            Err(e) => return Err(e.to_string()),
+        };
+        let info = stream.get_info().await.map_err(|e| e.to_string())?;
+        Ok(info.state.messages)
+    }
+}

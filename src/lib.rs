@@ -1,0 +1,17 @@
+//! Trove: a knowledge retrieval and agent service.
+//!
+//! The crate is organised as the design describes: `http` (transport), `service` (logic),
+//! `store` (SQL), `auth`, `ingest`, and the start-up glue.
+
+pub mod auth;
+pub mod config;
+pub mod crypto;
+pub mod error;
+pub mod http;
+pub mod ingest;
+pub mod metrics;
+pub mod service;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+pub mod time;

@@ -1,0 +1,87 @@
+//! Every metric the service exposes, named in one place.
+//!
+//! The exposition format is the plain-text one with `# TYPE` lines only (no `# HELP`); names
+//! carry no added suffix. Values accumulate from process start.
+
+use prometheus::{
+    Counter, CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry, TextEncoder,
+};
+
+/// Buckets of `axum_http_requests_duration_seconds`.
+pub const DURATION_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Metrics of the API server.
+#[derive(Clone)]
+pub struct ApiMetrics {
+    registry: Registry,
+    pub requests_total: CounterVec,
+    pub requests_duration: HistogramVec,
+    pub requests_pending: GaugeVec,
+    pub document_queue_added: Counter,
+}
+
+impl ApiMetrics {
+    /// Creates the registry. Registration of these fixed, distinct names cannot fail; if it
+    /// ever did, the metric would simply be missing from the exposition.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests_total = CounterVec::new(
+            Opts::new("axum_http_requests_total", "HTTP requests whose response head was returned"),
+            &["method", "status", "endpoint"],
+        );
+        let requests_duration = HistogramVec::new(
+            HistogramOpts::new("axum_http_requests_duration_seconds", "seconds to response head")
+                .buckets(DURATION_BUCKETS.to_vec()),
+            &["method", "status", "endpoint"],
+        );
+        let requests_pending = GaugeVec::new(
+            Opts::new("axum_http_requests_pending", "requests in progress, including open streams"),
+            &["method", "endpoint"],
+        );
+        let document_queue_added =
+            Counter::new("service_document_queue_added", "document create requests past key check and body parsing");
+        // Constructors only fail on invalid names, and these names are valid literals.
+        let (Ok(requests_total), Ok(requests_duration), Ok(requests_pending), Ok(document_queue_added)) =
+            (requests_total, requests_duration, requests_pending, document_queue_added)
+        else {
+            unreachable!("metric names are valid literals")
+        };
+        for collector in [
+            Box::new(requests_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(requests_duration.clone()),
+            Box::new(requests_pending.clone()),
+            Box::new(document_queue_added.clone()),
+        ] {
+            if let Err(error) = registry.register(collector) {
+                tracing::error!(%error, "metric registration failed");
+            }
+        }
+        Self { registry, requests_total, requests_duration, requests_pending, document_queue_added }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        render(&self.registry)
+    }
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Encodes a registry as text with `# TYPE` lines only.
+pub fn render(registry: &Registry) -> String {
+    let mut buffer = Vec::new();
+    if let Err(error) = TextEncoder::new().encode(&registry.gather(), &mut buffer) {
+        tracing::error!(%error, "metrics encoding failed");
+    }
+    let text = String::from_utf8_lossy(&buffer);
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines().filter(|l| !l.starts_with("# HELP")) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}

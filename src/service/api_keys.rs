@@ -1,0 +1,234 @@
+//! API keys and permissions: creation, changes, deletion, and the granting rules.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use poem_openapi::types::MaybeUndefined;
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::validate_name;
+use crate::auth::license::License;
+use crate::auth::{AccessLevel, AuthContext, ObjectType, PermissionEntry, TYPE_ENTRY_ID};
+use crate::crypto::{generate_key_secret, hash_key_secret};
+use crate::error::{ApiError, ApiResult};
+use crate::store::api_keys::{self as store, ApiKeyRow};
+use crate::time::rfc3339;
+
+/// A created key, the only time its secret is shown.
+#[derive(Debug, Serialize)]
+pub struct CreatedKey {
+    pub id: Uuid,
+    pub name: String,
+    pub description: Option<String>,
+    pub secret: String,
+    pub active: bool,
+    #[serde(with = "rfc3339::option")]
+    pub expiration: Option<DateTime<Utc>>,
+    #[serde(with = "rfc3339")]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "rfc3339")]
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Input of a key creation, already deserialized.
+pub struct NewKey {
+    pub name: String,
+    pub description: Option<String>,
+    pub permissions: BTreeMap<String, AccessLevel>,
+    pub classifications: Vec<String>,
+}
+
+/// Input of a key change.
+pub struct KeyChange {
+    pub name: MaybeUndefined<String>,
+    pub description: MaybeUndefined<String>,
+    pub active: MaybeUndefined<bool>,
+    pub expiration: MaybeUndefined<DateTime<Utc>>,
+}
+
+/// One requested entry change.
+pub struct EntryChange {
+    pub object_type: String,
+    pub object_id: Uuid,
+    pub level: AccessLevel,
+    pub classifications: Vec<String>,
+}
+
+/// The 403 that protects a key (the master key, or oneself).
+fn write_denied(id: Uuid) -> ApiError {
+    ApiError::AccessDenied { level: AccessLevel::WRITE, object_type: ObjectType::ApiKeys, id: Some(id) }
+}
+
+/// Reads a key the caller can read; missing or unreadable are both `ApiKey not found`.
+pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<ApiKeyRow> {
+    if !auth.can_read(ObjectType::ApiKeys, id) {
+        return Err(ApiError::api_key_not_found(id));
+    }
+    store::get(pool, id).await?.ok_or_else(|| ApiError::api_key_not_found(id))
+}
+
+/// Whether the caller may grant or revoke `old` → `new` on a type or an object: it must hold
+/// every bit of both values there and, for pipelines, `*` or every classification of both.
+fn check_grant(
+    auth: &AuthContext,
+    object_type: ObjectType,
+    object_id: Uuid,
+    old: Option<&PermissionEntry>,
+    new_level: AccessLevel,
+    new_classifications: &[String],
+) -> ApiResult<()> {
+    let old_level = old.map_or(AccessLevel::NONE, |e| e.level);
+    let needed = old_level.union(new_level);
+    let (held, id) = if object_id == TYPE_ENTRY_ID {
+        (auth.type_level(object_type), None)
+    } else {
+        (auth.object_level(object_type, object_id), Some(object_id))
+    };
+    let denied = ApiError::AccessDenied { level: needed, object_type, id };
+    if !held.contains(needed) {
+        return Err(denied);
+    }
+    if object_type == ObjectType::Pipelines {
+        let pipeline = (object_id != TYPE_ENTRY_ID).then_some(object_id);
+        if !auth.allows_all_classifications(pipeline) {
+            let allowed = auth.allow_list(pipeline);
+            let old_classifications = old.map(|e| e.classifications.as_slice()).unwrap_or_default();
+            let all_held = new_classifications
+                .iter()
+                .chain(old_classifications)
+                .all(|c| allowed.contains(c));
+            if !all_held {
+                return Err(denied);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates a key with type entries. The secret is returned once.
+pub async fn create(pool: &PgPool, license: &License, auth: &AuthContext, input: NewKey) -> ApiResult<CreatedKey> {
+    auth.require_type(ObjectType::ApiKeys, AccessLevel::WRITE)?;
+    license.check(pool, Some(ObjectType::ApiKeys)).await?;
+    validate_name(&input.name)?;
+    let mut entries = Vec::new();
+    for (key, level) in &input.permissions {
+        let object_type = ObjectType::parse(key)?;
+        let classifications =
+            if object_type == ObjectType::Pipelines { input.classifications.clone() } else { Vec::new() };
+        entries.push((object_type, *level, classifications));
+    }
+    for (object_type, level, classifications) in &entries {
+        check_grant(auth, *object_type, TYPE_ENTRY_ID, None, *level, classifications)?;
+    }
+
+    let id = Uuid::new_v4();
+    let secret = generate_key_secret();
+    let mut tx = pool.begin().await?;
+    let row = store::insert(&mut tx, id, &input.name, input.description.as_deref(), &hash_key_secret(id, &secret)).await?;
+    for (object_type, level, classifications) in &entries {
+        store::put_entry(&mut tx, id, *object_type, TYPE_ENTRY_ID, *level, classifications).await?;
+    }
+    tx.commit().await?;
+    Ok(CreatedKey {
+        id: row.id,
+        name: row.name,
+        description: row.description,
+        secret,
+        active: row.active,
+        expiration: row.expiration,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+/// Changes a key's editable fields.
+pub async fn update(pool: &PgPool, license: &License, auth: &AuthContext, id: Uuid, change: KeyChange) -> ApiResult<ApiKeyRow> {
+    let current = get_readable(pool, auth, id).await?;
+    auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
+    license.check(pool, None).await?;
+
+    let name = match change.name {
+        MaybeUndefined::Value(name) => name,
+        MaybeUndefined::Null | MaybeUndefined::Undefined => current.name.clone(),
+    };
+    validate_name(&name)?;
+    let description = match change.description {
+        MaybeUndefined::Value(d) => Some(d),
+        MaybeUndefined::Null => None,
+        MaybeUndefined::Undefined => current.description.clone(),
+    };
+    let active = match change.active {
+        MaybeUndefined::Value(active) => active,
+        MaybeUndefined::Null | MaybeUndefined::Undefined => current.active,
+    };
+    let expiration = match change.expiration {
+        MaybeUndefined::Value(t) => Some(t),
+        MaybeUndefined::Null => None,
+        MaybeUndefined::Undefined => current.expiration,
+    };
+    // The master key stays usable whatever any key asks: an administrator always remains.
+    if current.is_master && (!active || expiration.is_some()) {
+        return Err(write_denied(id));
+    }
+    store::update(pool, id, &name, description.as_deref(), active, expiration)
+        .await?
+        .ok_or_else(|| ApiError::api_key_not_found(id))
+}
+
+/// Deletes a key (never oneself, never the master key).
+pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+    let current = get_readable(pool, auth, id).await?;
+    auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
+    if current.is_master || id == auth.key_id {
+        return Err(write_denied(id));
+    }
+    if !store::delete(pool, id).await? {
+        return Err(ApiError::api_key_not_found(id));
+    }
+    Ok(())
+}
+
+/// Every entry of a key the caller can read.
+pub async fn entries(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<Vec<PermissionEntry>> {
+    get_readable(pool, auth, id).await?;
+    Ok(store::entries(pool, id).await?)
+}
+
+/// Applies entry changes all or nothing.
+pub async fn change_entries(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    id: Uuid,
+    changes: Vec<EntryChange>,
+) -> ApiResult<()> {
+    let target = get_readable(pool, auth, id).await?;
+    auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
+    license.check(pool, None).await?;
+    let mut parsed = Vec::with_capacity(changes.len());
+    for change in changes {
+        parsed.push((ObjectType::parse(&change.object_type)?, change));
+    }
+    if target.is_master {
+        return Err(write_denied(id));
+    }
+    let current = store::entries(pool, id).await?;
+    for (object_type, change) in &parsed {
+        if change.object_id != TYPE_ENTRY_ID && !store::object_exists(pool, *object_type, change.object_id).await? {
+            return Err(ApiError::ObjectNotFound { type_name: object_type.display_name(), id: change.object_id });
+        }
+        let old = current.iter().find(|e| e.object_type == *object_type && e.object_id == change.object_id);
+        let classifications = if *object_type == ObjectType::Pipelines { change.classifications.as_slice() } else { &[] };
+        check_grant(auth, *object_type, change.object_id, old, change.level, classifications)?;
+    }
+    let mut tx = pool.begin().await?;
+    for (object_type, change) in &parsed {
+        let classifications =
+            if *object_type == ObjectType::Pipelines { change.classifications.clone() } else { Vec::new() };
+        store::put_entry(&mut tx, id, *object_type, change.object_id, change.level, &classifications).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

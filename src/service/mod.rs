@@ -1,0 +1,13 @@
+//! Transport-free logic per resource; HTTP, MCP and the worker call these functions.
+
+pub mod api_keys;
+
+/// Validates a `name` field: 1–255 characters.
+pub fn validate_name(name: &str) -> Result<(), crate::error::ApiError> {
+    let len = name.chars().count();
+    if (1..=255).contains(&len) {
+        Ok(())
+    } else {
+        Err(crate::error::ApiError::InvalidParameter("Invalid name".to_owned()))
+    }
+}

@@ -1,0 +1,140 @@
+//! Builds the application (pool, migrations, installation, queue, routes) and runs it until
+//! it is stopped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use poem::Server;
+use poem::listener::TcpAcceptor;
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::ingest::queue::Queue;
+use crate::metrics::ApiMetrics;
+use crate::store;
+
+/// State shared by every request.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub config: Arc<Config>,
+    pub metrics: ApiMetrics,
+    pub queue: Queue,
+}
+
+/// Why the application could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("TROVE_DATABASE_URL: {0}")]
+    DatabaseUrl(sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] store::migrations::MigrateError),
+    #[error("installation: {0}")]
+    Install(#[from] store::install::InstallError),
+    #[error("TROVE_NATS_URL: {0}")]
+    Nats(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+/// A built application, bound to its address, not yet serving.
+pub struct Application {
+    state: AppState,
+    acceptor: TcpAcceptor,
+    local_addr: SocketAddr,
+}
+
+/// Opens the pool and applies migrations (`trove migrate` and every start).
+pub async fn migrated_pool(config: &Config) -> Result<PgPool, StartError> {
+    let pool = store::connect_lazy(config.database_url.expose(), 32).map_err(StartError::DatabaseUrl)?;
+    store::migrations::migrate(&pool).await?;
+    Ok(pool)
+}
+
+impl Application {
+    /// Migrates, installs if needed, connects the queue and binds the listener.
+    pub async fn build(config: Config) -> Result<Self, StartError> {
+        let pool = migrated_pool(&config).await?;
+        store::install::install_if_needed(&pool, config.master_key.as_ref()).await?;
+        let queue = Queue::connect(&config.nats_url, config.queue.clone())
+            .await
+            .map_err(|e| StartError::Nats(e.to_string()))?;
+        spawn_stream_setup(queue.clone());
+
+        let listener = std::net::TcpListener::bind(config.listen)
+            .map_err(|source| StartError::Listen { addr: config.listen, source })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.listen, source })?;
+        listener.set_nonblocking(true).map_err(|source| StartError::Listen { addr: config.listen, source })?;
+        let acceptor =
+            TcpAcceptor::from_std(listener).map_err(|source| StartError::Listen { addr: config.listen, source })?;
+
+        let state = AppState { pool, config: Arc::new(config), metrics: ApiMetrics::new(), queue };
+        Ok(Self { state, acceptor, local_addr })
+    }
+
+    /// The address actually bound (port 0 picks a free port).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The shared state (tests read the pool from it).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then finishes in-flight requests (at most 30 s).
+    pub async fn run_until(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        tracing::info!(address = %self.local_addr, "listening");
+        let app = crate::http::app(self.state.clone());
+        Server::new_with_acceptor(self.acceptor)
+            .run_with_graceful_shutdown(app, shutdown, Some(Duration::from_secs(30)))
+            .await
+    }
+}
+
+/// Creates the queue's stream, retrying while NATS is unreachable.
+fn spawn_stream_setup(queue: Queue) {
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match queue.ensure_stream().await {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::warn!(%error, stream = %queue.names().stream, "queue stream not ready, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    });
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

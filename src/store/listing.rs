@@ -1,0 +1,48 @@
+//! Executes the list statements `trove-query` builds: one page plus, when asked, the count.
+
+use sea_query::{PostgresQueryBuilder, SelectStatement};
+use sea_query_sqlx::SqlxBinder;
+use serde::Serialize;
+use serde_json::{Map, Value};
+// Statements built by sea-query: every value is a bound parameter, the text holds none.
+use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::postgres::PgRow;
+use trove_query::list::{ListRequest, ListSpec, build_count_query, build_page_query, finish_page};
+
+use crate::error::{ApiError, ApiResult};
+
+/// The list envelope: `data`, `page_info`, `query_info`.
+#[derive(Debug, Serialize)]
+pub struct Envelope {
+    pub data: Vec<Value>,
+    pub page_info: Map<String, Value>,
+    pub query_info: Map<String, Value>,
+}
+
+/// Runs one list operation. `base` selects the rows the key may see (columns, FROM, and the
+/// visibility condition); rows are read as `T` and serialized as the API shows them.
+pub async fn list<T>(
+    pool: &PgPool,
+    spec: &ListSpec,
+    request: &ListRequest,
+    base: SelectStatement,
+) -> ApiResult<Envelope>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Serialize + Send + Unpin,
+{
+    let (sql, values) = build_page_query(spec, request, base.clone()).build_sqlx(PostgresQueryBuilder);
+    let rows: Vec<T> = sqlx::query_as_with(AssertSqlSafe(sql), values).fetch_all(pool).await?;
+    let rows = rows
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let page = finish_page(spec, request, rows);
+    let mut page_info = page.page_info;
+    if request.count {
+        let (sql, values) = build_count_query(spec, request, base).build_sqlx(PostgresQueryBuilder);
+        let count: i64 = sqlx::query_scalar_with(AssertSqlSafe(sql), values).fetch_one(pool).await?;
+        page_info.insert("count".to_owned(), Value::from(count));
+    }
+    Ok(Envelope { data: page.data, page_info, query_info: request.query_info.clone() })
+}

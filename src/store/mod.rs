@@ -1,0 +1,23 @@
+//! Storage: the only code that runs SQL. Statements are either static SQL with bound
+//! parameters or sea-query statements built by `trove-query`.
+
+pub mod api_keys;
+pub mod install;
+pub mod listing;
+pub mod migrations;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// Opens a connection pool. Connections are made lazily, so a database that is down at
+/// start is reported per request (`Database connection error`), not by a crash.
+pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = url.parse()?;
+    let options = options.application_name("trove");
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options))
+}

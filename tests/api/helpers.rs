@@ -1,0 +1,258 @@
+//! Test harness: every test gets a fresh database (cloned from a migrated template), its own
+//! JetStream stream and subjects, and a Trove server on a free port, reached over real HTTP.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use reqwest::{Method, StatusCode, header::HeaderMap};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection, PgPool};
+use trove::config::{Config, QueueNames};
+use trove::startup::Application;
+use uuid::Uuid;
+
+/// The master key every test app is installed with.
+pub const MASTER_SECRET: &str = "MasterMasterMasterMasterMasterMasterMaster+/0123";
+
+/// A running test application.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub master_id: Uuid,
+    pub master_secret: String,
+    pub pool: PgPool,
+    pub database: String,
+    pub queue: QueueNames,
+}
+
+/// A response: status, headers and body (JSON when it parses, else a string).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+    pub body: Value,
+}
+
+impl Reply {
+    /// The `error.message` of a JSON error body.
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or_default()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+fn admin_url() -> String {
+    std::env::var("TROVE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned())
+}
+
+fn nats_url() -> String {
+    std::env::var("TROVE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".to_owned())
+}
+
+fn url_with_db(admin: &str, db: &str) -> String {
+    // Replace the path (database name) of the admin URL, keeping any query string.
+    let (base, query) = admin.split_once('?').map_or((admin, None), |(b, q)| (b, Some(q)));
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    match query {
+        Some(q) => format!("{root}/{db}?{q}"),
+        None => format!("{root}/{db}"),
+    }
+}
+
+/// The template's name changes whenever a migration changes.
+fn template_name() -> String {
+    let mut hasher = Sha256::new();
+    for m in trove::store::migrations::MIGRATIONS {
+        hasher.update(m.sql.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("trove_test_tpl_{hex}")
+}
+
+/// Creates (once, under an advisory lock) the migrated template, then a fresh database from it.
+async fn fresh_database() -> String {
+    let admin = admin_url();
+    let mut conn = PgConnection::connect(&admin).await.expect("test database server reachable");
+    sqlx::query("SELECT pg_advisory_lock(7243)").execute(&mut conn).await.expect("lock");
+    let template = template_name();
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&template)
+        .fetch_one(&mut conn)
+        .await
+        .expect("check template");
+    if !exists {
+        let building = format!("{template}_building");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {building}")))
+            .execute(&mut conn)
+            .await
+            .expect("drop stale template");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {building}")))
+            .execute(&mut conn)
+            .await
+            .expect("create template");
+        let pool = PgPool::connect(&url_with_db(&admin, &building)).await.expect("connect template");
+        trove::store::migrations::migrate(&pool).await.expect("migrate template");
+        pool.close().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ALTER DATABASE {building} RENAME TO {template}")))
+            .execute(&mut conn)
+            .await
+            .expect("publish template");
+    }
+    let name = format!("trove_test_{}", Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name} TEMPLATE {template}")))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    sqlx::query("SELECT pg_advisory_unlock(7243)").execute(&mut conn).await.expect("unlock");
+    conn.close().await.ok();
+    name
+}
+
+/// Options of a test app.
+#[derive(Default)]
+pub struct AppOptions {
+    /// Extra environment values (e.g. `TROVE_LICENSE`).
+    pub env: HashMap<String, String>,
+    /// An existing database to reuse (restart tests).
+    pub database: Option<String>,
+    /// Do not start the in-process worker.
+    pub no_worker: bool,
+}
+
+/// Starts an app on a fresh database.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(AppOptions::default()).await
+}
+
+/// Starts an app with options.
+pub async fn spawn_app_with(options: AppOptions) -> TestApp {
+    if std::env::var("TEST_LOG").is_ok() {
+        trove::telemetry::init("info,sqlx=warn", trove::config::LogFormat::Text);
+    }
+    let database = match options.database {
+        Some(db) => db,
+        None => fresh_database().await,
+    };
+    let database_url = url_with_db(&admin_url(), &database);
+    let master_id = Uuid::new_v4();
+    let mut env: HashMap<String, String> = HashMap::from([
+        ("TROVE_DATABASE_URL".to_owned(), database_url.clone()),
+        ("TROVE_NATS_URL".to_owned(), nats_url()),
+        ("TROVE_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
+        ("TROVE_MASTER_KEY_ID".to_owned(), master_id.to_string()),
+        ("TROVE_MASTER_KEY_SECRET".to_owned(), MASTER_SECRET.to_owned()),
+        ("TROVE_SECRET".to_owned(), "dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q=".to_owned()),
+        ("TROVE_WORKER_METRICS_LISTEN".to_owned(), "off".to_owned()),
+        ("TROVE_WORKER".to_owned(), if options.no_worker { "false" } else { "true" }.to_owned()),
+    ]);
+    if let Ok(dir) = std::env::var("TROVE_MODELS_DIR") {
+        env.insert("TROVE_MODELS_DIR".to_owned(), dir);
+    }
+    env.extend(options.env);
+    let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("test configuration");
+    let tag = Uuid::new_v4().simple().to_string();
+    config.queue = QueueNames {
+        stream: format!("TEST_{tag}"),
+        subject_prefix: format!("test.{tag}"),
+        consumer: format!("test-{tag}"),
+    };
+    let queue = config.queue.clone();
+    let app = Application::build(config).await.expect("application starts");
+    let address = format!("http://{}", app.local_addr());
+    let pool = app.state().pool.clone();
+    tokio::spawn(app.run_until(std::future::pending()));
+    TestApp {
+        address,
+        client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client"),
+        master_id,
+        master_secret: MASTER_SECRET.to_owned(),
+        pool,
+        database,
+        queue,
+    }
+}
+
+impl TestApp {
+    /// Sends a request with the given key (or none) and optional JSON body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        key: Option<(&str, &str)>,
+        body: Option<&Value>,
+    ) -> Reply {
+        let mut request = self.client.request(method, format!("{}{}", self.address, path));
+        if let Some((id, secret)) = key {
+            request = request.header("x-api-key", id).header("x-api-key-secret", secret);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        Self::reply(request.send().await.expect("request sent")).await
+    }
+
+    /// Turns a reqwest response into a [`Reply`].
+    pub async fn reply(response: reqwest::Response) -> Reply {
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply { status, headers, text, body }
+    }
+
+    /// A request builder with the master key set.
+    pub fn master(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{}", self.address, path))
+            .header("x-api-key", self.master_id.to_string())
+            .header("x-api-key-secret", &self.master_secret)
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        let id = self.master_id.to_string();
+        self.send(Method::GET, path, Some((&id, &self.master_secret)), None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Reply {
+        let id = self.master_id.to_string();
+        self.send(Method::POST, path, Some((&id, &self.master_secret)), Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value) -> Reply {
+        let id = self.master_id.to_string();
+        self.send(Method::PATCH, path, Some((&id, &self.master_secret)), Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        let id = self.master_id.to_string();
+        self.send(Method::DELETE, path, Some((&id, &self.master_secret)), None).await
+    }
+
+    /// Creates a key with the master key; returns `(id, secret)`.
+    pub async fn create_key(&self, permissions: Value, classifications: Value) -> (String, String) {
+        let reply = self
+            .post(
+                "/api-keys",
+                &serde_json::json!({"name": "test key", "permissions": permissions, "classifications": classifications}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        (
+            reply.body["id"].as_str().expect("id").to_owned(),
+            reply.body["secret"].as_str().expect("secret").to_owned(),
+        )
+    }
+
+    /// Sends with another key.
+    pub async fn send_as(&self, key: &(String, String), method: Method, path: &str, body: Option<&Value>) -> Reply {
+        self.send(method, path, Some((&key.0, &key.1)), body).await
+    }
+}
