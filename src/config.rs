@@ -101,12 +101,18 @@ pub struct ConfigError {
 }
 
 fn err(variable: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError { variable, reason: reason.into() }
+    ConfigError {
+        variable,
+        reason: reason.into(),
+    }
 }
 
 /// Whether a string is a valid API key secret: 48 characters of `A–Z a–z 0–9 + /`.
 pub fn is_valid_key_secret(secret: &str) -> bool {
-    secret.len() == 48 && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+    secret.len() == 48
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
 impl Config {
@@ -124,24 +130,39 @@ impl Config {
     /// Builds the configuration from a lookup function (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| get(name).filter(|v| !v.is_empty());
-        let database_url = get("TROVE_DATABASE_URL").ok_or_else(|| err("TROVE_DATABASE_URL", "required"))?;
+        let database_url =
+            get("TROVE_DATABASE_URL").ok_or_else(|| err("TROVE_DATABASE_URL", "required"))?;
         let nats_url = get("TROVE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
         let listen = parse_addr("TROVE_LISTEN", get("TROVE_LISTEN"), "127.0.0.1:8080")?;
 
         let master_key = match (get("TROVE_MASTER_KEY_ID"), get("TROVE_MASTER_KEY_SECRET")) {
             (None, None) => None,
             (Some(id), Some(secret)) => {
-                let id = Uuid::parse_str(&id).map_err(|e| err("TROVE_MASTER_KEY_ID", e.to_string()))?;
+                let id =
+                    Uuid::parse_str(&id).map_err(|e| err("TROVE_MASTER_KEY_ID", e.to_string()))?;
                 if !is_valid_key_secret(&secret) {
                     return Err(err(
                         "TROVE_MASTER_KEY_SECRET",
                         "must be 48 characters of A-Z a-z 0-9 + /",
                     ));
                 }
-                Some(MasterKey { id, secret: Secret::new(secret) })
+                Some(MasterKey {
+                    id,
+                    secret: Secret::new(secret),
+                })
             }
-            (None, Some(_)) => return Err(err("TROVE_MASTER_KEY_ID", "required with TROVE_MASTER_KEY_SECRET")),
-            (Some(_), None) => return Err(err("TROVE_MASTER_KEY_SECRET", "required with TROVE_MASTER_KEY_ID")),
+            (None, Some(_)) => {
+                return Err(err(
+                    "TROVE_MASTER_KEY_ID",
+                    "required with TROVE_MASTER_KEY_SECRET",
+                ));
+            }
+            (Some(_), None) => {
+                return Err(err(
+                    "TROVE_MASTER_KEY_SECRET",
+                    "required with TROVE_MASTER_KEY_ID",
+                ));
+            }
         };
 
         let secret = get("TROVE_SECRET").ok_or_else(|| err("TROVE_SECRET", "required"))?;
@@ -154,7 +175,9 @@ impl Config {
 
         let license = match get("TROVE_LICENSE") {
             None => License::unlimited(),
-            Some(path) => License::from_file(&PathBuf::from(path)).map_err(|e| err("TROVE_LICENSE", e))?,
+            Some(path) => {
+                License::from_file(&PathBuf::from(path)).map_err(|e| err("TROVE_LICENSE", e))?
+            }
         };
 
         let run_worker = match get("TROVE_WORKER").as_deref() {
@@ -184,7 +207,11 @@ impl Config {
             secret: Secret::new(secret),
             license,
             sidecar_url: get("TROVE_SIDECAR_URL"),
-            sidecar_listen: parse_addr("TROVE_SIDECAR_LISTEN", get("TROVE_SIDECAR_LISTEN"), "127.0.0.1:50051")?,
+            sidecar_listen: parse_addr(
+                "TROVE_SIDECAR_LISTEN",
+                get("TROVE_SIDECAR_LISTEN"),
+                "127.0.0.1:50051",
+            )?,
             run_worker,
             worker_metrics_listen,
             models_dir: get("TROVE_MODELS_DIR").map(PathBuf::from),
@@ -220,8 +247,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -233,15 +262,21 @@ mod tests {
         assert_eq!(e.variable, "TROVE_DATABASE_URL");
         let e = Config::from_lookup(lookup(&[("TROVE_DATABASE_URL", "postgres://x")])).unwrap_err();
         assert_eq!(e.variable, "TROVE_SECRET");
-        let e = Config::from_lookup(lookup(&[("TROVE_DATABASE_URL", "postgres://x"), ("TROVE_SECRET", "abc")]))
-            .unwrap_err();
+        let e = Config::from_lookup(lookup(&[
+            ("TROVE_DATABASE_URL", "postgres://x"),
+            ("TROVE_SECRET", "abc"),
+        ]))
+        .unwrap_err();
         assert_eq!(e.variable, "TROVE_SECRET");
     }
 
     #[test]
     fn defaults_apply() {
-        let c = Config::from_lookup(lookup(&[("TROVE_DATABASE_URL", "postgres://x"), ("TROVE_SECRET", SECRET)]))
-            .unwrap();
+        let c = Config::from_lookup(lookup(&[
+            ("TROVE_DATABASE_URL", "postgres://x"),
+            ("TROVE_SECRET", SECRET),
+        ]))
+        .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.nats_url, "nats://127.0.0.1:4222");
         assert!(c.run_worker);
@@ -254,7 +289,10 @@ mod tests {
         let e = Config::from_lookup(lookup(&[
             ("TROVE_DATABASE_URL", "postgres://x"),
             ("TROVE_SECRET", SECRET),
-            ("TROVE_MASTER_KEY_ID", "00000000-0000-0000-0000-000000000001"),
+            (
+                "TROVE_MASTER_KEY_ID",
+                "00000000-0000-0000-0000-000000000001",
+            ),
             ("TROVE_MASTER_KEY_SECRET", "short"),
         ]))
         .unwrap_err();

@@ -48,7 +48,11 @@ pub enum ApiError {
 
     /// 403 `Unauthorized: access level <level> required for <type> with id <id>`.
     #[error("access denied")]
-    AccessDenied { level: AccessLevel, object_type: ObjectType, id: Option<Uuid> },
+    AccessDenied {
+        level: AccessLevel,
+        object_type: ObjectType,
+        id: Option<Uuid>,
+    },
     /// 403 `Invalid license: Expired`.
     #[error("license expired")]
     LicenseExpired,
@@ -61,7 +65,10 @@ pub enum ApiError {
 
     /// 404 with a short message (`ApiKey not found`, ...) and `details.id` when known.
     #[error("not found: {message}")]
-    NotFound { message: &'static str, id: Option<Uuid> },
+    NotFound {
+        message: &'static str,
+        id: Option<Uuid>,
+    },
     /// 404 `<Type> with id <id> not found` (permission entries, traces).
     #[error("object not found")]
     ObjectNotFound { type_name: &'static str, id: Uuid },
@@ -105,7 +112,10 @@ impl ApiError {
 
     /// `ApiKey not found` with the id.
     pub fn api_key_not_found(id: Uuid) -> Self {
-        Self::NotFound { message: "ApiKey not found", id: Some(id) }
+        Self::NotFound {
+            message: "ApiKey not found",
+            id: Some(id),
+        }
     }
 
     /// Status of the response.
@@ -138,9 +148,10 @@ impl ApiError {
     /// `(message, details)` of the JSON error body; `None` for plain-text errors.
     fn message_and_details(&self) -> Option<(String, Option<Value>)> {
         let pair = match self {
-            Self::InvalidParameter(reason) => {
-                ("Invalid parameter".to_owned(), Some(json!({ "error": reason })))
-            }
+            Self::InvalidParameter(reason) => (
+                "Invalid parameter".to_owned(),
+                Some(json!({ "error": reason })),
+            ),
             Self::InvalidObjectType => ("Invalid object type".to_owned(), None),
             Self::Pagination => ("Pagination error".to_owned(), None),
             Self::InvalidOrderBy(values) => {
@@ -154,10 +165,17 @@ impl ApiError {
             ),
             Self::Schema => ("Schema error".to_owned(), None),
             Self::NoApiKey => ("Unauthorized: No API Key specified.".to_owned(), None),
-            Self::NoApiSecret => ("Unauthorized: No API Secret Key specified.".to_owned(), None),
+            Self::NoApiSecret => (
+                "Unauthorized: No API Secret Key specified.".to_owned(),
+                None,
+            ),
             Self::InvalidKeyId => ("Invalid key ID".to_owned(), None),
             Self::InvalidKeyOrSecret => ("Invalid API Key or Secret".to_owned(), None),
-            Self::AccessDenied { level, object_type, id } => {
+            Self::AccessDenied {
+                level,
+                object_type,
+                id,
+            } => {
                 let id = match id {
                     Some(id) => format!("Some({id})"),
                     None => "None".to_owned(),
@@ -173,11 +191,15 @@ impl ApiError {
             Self::LicenseExpired => ("Invalid license: Expired".to_owned(), None),
             Self::LicenseExceeded(types) => {
                 let keys: Vec<&str> = types.iter().map(|t| t.key()).collect();
-                (format!("Invalid license: Exceeded(\"{}\")", keys.join(", ")), None)
+                (
+                    format!("Invalid license: Exceeded(\"{}\")", keys.join(", ")),
+                    None,
+                )
             }
-            Self::LicenseLimit(object_type) => {
-                (format!("License limits exceeded for {}", object_type.display_name()), None)
-            }
+            Self::LicenseLimit(object_type) => (
+                format!("License limits exceeded for {}", object_type.display_name()),
+                None,
+            ),
             Self::NotFound { message, id } => {
                 ((*message).to_owned(), id.map(|id| json!({ "id": id })))
             }
@@ -186,7 +208,10 @@ impl ApiError {
             }
             Self::ConflictUnique => ("Conflict unique error".to_owned(), None),
             Self::ConflictRelated => ("Conflict related error".to_owned(), None),
-            Self::Internal(reason) => ("Internal error".to_owned(), Some(json!({ "error": reason }))),
+            Self::Internal(reason) => (
+                "Internal error".to_owned(),
+                Some(json!({ "error": reason })),
+            ),
             Self::Database(message) => (message.clone(), None),
             Self::DatabaseConnection(reason) => {
                 (format!("Database connection error: {reason}"), None)

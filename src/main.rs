@@ -7,7 +7,11 @@ use trove::config::Config;
 use trove::startup::{Application, migrated_pool, shutdown_signal};
 
 #[derive(Parser)]
-#[command(name = "trove", version, about = "Trove knowledge retrieval and agent service")]
+#[command(
+    name = "trove",
+    version,
+    about = "Trove knowledge retrieval and agent service"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +39,10 @@ fn main() -> ExitCode {
         }
     };
     trove::telemetry::init(&config.log_filter, config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("trove: cannot start the runtime: {error}");
@@ -45,8 +52,12 @@ fn main() -> ExitCode {
     let result: Result<(), String> = runtime.block_on(async move {
         match cli.command {
             Command::Serve => {
-                let app = Application::build(config).await.map_err(|e| e.to_string())?;
-                app.run_until(shutdown_signal()).await.map_err(|e| e.to_string())
+                let app = Application::build(config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                app.run_until(shutdown_signal())
+                    .await
+                    .map_err(|e| e.to_string())
             }
             Command::Migrate => {
                 let pool = migrated_pool(&config).await.map_err(|e| e.to_string())?;

@@ -4,11 +4,14 @@
 //! carry no added suffix. Values accumulate from process start.
 
 use prometheus::{
-    Counter, CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Buckets of `axum_http_requests_duration_seconds`.
-pub const DURATION_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+pub const DURATION_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// Metrics of the API server.
 #[derive(Clone)]
@@ -26,23 +29,43 @@ impl ApiMetrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let requests_total = CounterVec::new(
-            Opts::new("axum_http_requests_total", "HTTP requests whose response head was returned"),
+            Opts::new(
+                "axum_http_requests_total",
+                "HTTP requests whose response head was returned",
+            ),
             &["method", "status", "endpoint"],
         );
         let requests_duration = HistogramVec::new(
-            HistogramOpts::new("axum_http_requests_duration_seconds", "seconds to response head")
-                .buckets(DURATION_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "axum_http_requests_duration_seconds",
+                "seconds to response head",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
             &["method", "status", "endpoint"],
         );
         let requests_pending = GaugeVec::new(
-            Opts::new("axum_http_requests_pending", "requests in progress, including open streams"),
+            Opts::new(
+                "axum_http_requests_pending",
+                "requests in progress, including open streams",
+            ),
             &["method", "endpoint"],
         );
-        let document_queue_added =
-            Counter::new("service_document_queue_added", "document create requests past key check and body parsing");
+        let document_queue_added = Counter::new(
+            "service_document_queue_added",
+            "document create requests past key check and body parsing",
+        );
         // Constructors only fail on invalid names, and these names are valid literals.
-        let (Ok(requests_total), Ok(requests_duration), Ok(requests_pending), Ok(document_queue_added)) =
-            (requests_total, requests_duration, requests_pending, document_queue_added)
+        let (
+            Ok(requests_total),
+            Ok(requests_duration),
+            Ok(requests_pending),
+            Ok(document_queue_added),
+        ) = (
+            requests_total,
+            requests_duration,
+            requests_pending,
+            document_queue_added,
+        )
         else {
             unreachable!("metric names are valid literals")
         };
@@ -56,7 +79,13 @@ impl ApiMetrics {
                 tracing::error!(%error, "metric registration failed");
             }
         }
-        Self { registry, requests_total, requests_duration, requests_pending, document_queue_added }
+        Self {
+            registry,
+            requests_total,
+            requests_duration,
+            requests_pending,
+            document_queue_added,
+        }
     }
 
     /// The exposition text.

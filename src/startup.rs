@@ -35,7 +35,10 @@ pub enum StartError {
     #[error("TROVE_NATS_URL: {0}")]
     Nats(String),
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// A built application, bound to its address, not yet serving.
@@ -47,7 +50,8 @@ pub struct Application {
 
 /// Opens the pool and applies migrations (`trove migrate` and every start).
 pub async fn migrated_pool(config: &Config) -> Result<PgPool, StartError> {
-    let pool = store::connect_lazy(config.database_url.expose(), 32).map_err(StartError::DatabaseUrl)?;
+    let pool =
+        store::connect_lazy(config.database_url.expose(), 32).map_err(StartError::DatabaseUrl)?;
     store::migrations::migrate(&pool).await?;
     Ok(pool)
 }
@@ -62,15 +66,37 @@ impl Application {
             .map_err(|e| StartError::Nats(e.to_string()))?;
         spawn_stream_setup(queue.clone());
 
-        let listener = std::net::TcpListener::bind(config.listen)
-            .map_err(|source| StartError::Listen { addr: config.listen, source })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.listen, source })?;
-        listener.set_nonblocking(true).map_err(|source| StartError::Listen { addr: config.listen, source })?;
-        let acceptor =
-            TcpAcceptor::from_std(listener).map_err(|source| StartError::Listen { addr: config.listen, source })?;
+        let listener =
+            std::net::TcpListener::bind(config.listen).map_err(|source| StartError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| StartError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let acceptor = TcpAcceptor::from_std(listener).map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
 
-        let state = AppState { pool, config: Arc::new(config), metrics: ApiMetrics::new(), queue };
-        Ok(Self { state, acceptor, local_addr })
+        let state = AppState {
+            pool,
+            config: Arc::new(config),
+            metrics: ApiMetrics::new(),
+            queue,
+        };
+        Ok(Self {
+            state,
+            acceptor,
+            local_addr,
+        })
     }
 
     /// The address actually bound (port 0 picks a free port).
@@ -84,7 +110,10 @@ impl Application {
     }
 
     /// Serves until `shutdown` completes, then finishes in-flight requests (at most 30 s).
-    pub async fn run_until(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         tracing::info!(address = %self.local_addr, "listening");
         let app = crate::http::app(self.state.clone());
         Server::new_with_acceptor(self.acceptor)

@@ -7,7 +7,9 @@ use crate::config::LogFormat;
 /// Installs the global subscriber. Safe to call more than once (later calls do nothing).
 pub fn init(filter: &str, format: LogFormat) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(true);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

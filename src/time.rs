@@ -22,14 +22,19 @@ pub mod rfc3339 {
         use chrono::{DateTime, Utc};
         use serde::{Deserialize, Deserializer, Serializer};
 
-        pub fn serialize<S: Serializer>(ts: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        pub fn serialize<S: Serializer>(
+            ts: &Option<DateTime<Utc>>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
             match ts {
                 Some(ts) => s.serialize_str(&super::format(ts)),
                 None => s.serialize_none(),
             }
         }
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<DateTime<Utc>>, D::Error> {
             Option::<DateTime<Utc>>::deserialize(d)
         }
     }

@@ -5,3 +5,9 @@
 //! whose values are all bound parameters.
 
 pub mod list;
+
+// The list machinery's parts; `list` re-exports their public items.
+mod cursor;
+mod list_filters;
+mod order;
+mod pagination;

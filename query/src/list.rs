@@ -8,9 +8,20 @@
 //! build_page_query(spec, &ListRequest, base: SelectStatement) -> SelectStatement
 //! build_count_query(spec, &ListRequest, base: SelectStatement) -> SelectStatement
 //! finish_page(spec, &ListRequest, rows: Vec<serde_json::Value>) -> Page
+//! encode_cursor(&[serde_json::Value]) -> String
+//! decode_cursor(&str) -> Result<Cursor, ListQueryError>
 //! ```
+//!
+//! The parts live in `cursor` (cursor encoding), `list_filters` (field filters and
+//! `query_info`), `order` (`order_by`, ORDER BY, keyset conditions) and `pagination` (the
+//! request as a whole); this module re-exports what the service uses.
 
 use serde_json::{Map, Value};
+
+pub use crate::cursor::{decode_cursor, encode_cursor};
+pub use crate::pagination::{
+    DEFAULT_PAGE_SIZE, build_count_query, build_page_query, finish_page, parse_list_query,
+};
 
 /// The SQL type of a filterable or sortable field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,15 +53,40 @@ pub struct FilterOps {
 
 impl FilterOps {
     /// No filter at all (field only sortable).
-    pub const NONE: Self = Self { eq: false, contains: false, startswith: false, compare: false };
+    pub const NONE: Self = Self {
+        eq: false,
+        contains: false,
+        startswith: false,
+        compare: false,
+    };
     /// Equality only.
-    pub const EQ: Self = Self { eq: true, contains: false, startswith: false, compare: false };
+    pub const EQ: Self = Self {
+        eq: true,
+        contains: false,
+        startswith: false,
+        compare: false,
+    };
     /// Equality and `$contains` (e.g. `description`).
-    pub const EQ_CONTAINS: Self = Self { eq: true, contains: true, startswith: false, compare: false };
+    pub const EQ_CONTAINS: Self = Self {
+        eq: true,
+        contains: true,
+        startswith: false,
+        compare: false,
+    };
     /// The "‡" set: equality, `$contains`, `$startswith`, comparisons (e.g. `name`).
-    pub const TEXT_ALL: Self = Self { eq: true, contains: true, startswith: true, compare: true };
+    pub const TEXT_ALL: Self = Self {
+        eq: true,
+        contains: true,
+        startswith: true,
+        compare: true,
+    };
     /// The "†" set: equality and comparisons (timestamps).
-    pub const EQ_COMPARE: Self = Self { eq: true, contains: false, startswith: false, compare: true };
+    pub const EQ_COMPARE: Self = Self {
+        eq: true,
+        contains: false,
+        startswith: false,
+        compare: true,
+    };
 }
 
 /// One field of a listed resource.
@@ -92,7 +128,12 @@ pub struct OrderField {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PageRequest {
     /// Cursor mode. Exactly one of `first` / `last` is set (`first` 25 when neither was given).
-    Cursor { first: Option<u64>, after: Option<Cursor>, last: Option<u64>, before: Option<Cursor> },
+    Cursor {
+        first: Option<u64>,
+        after: Option<Cursor>,
+        last: Option<u64>,
+        before: Option<Cursor>,
+    },
     /// Offset mode (`limit` default 25, `offset` default 0).
     Offset { limit: u64, offset: u64 },
 }

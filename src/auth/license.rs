@@ -46,13 +46,15 @@ impl License {
 
     /// Reads and parses a license file; unknown keys are ignored.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Self::from_json(&text)
     }
 
     /// Parses the license document.
     pub fn from_json(text: &str) -> Result<Self, String> {
-        let file: LicenseFile = serde_json::from_str(text).map_err(|e| format!("invalid license: {e}"))?;
+        let file: LicenseFile =
+            serde_json::from_str(text).map_err(|e| format!("invalid license: {e}"))?;
         let mut limits = BTreeMap::new();
         for (key, limit) in file.limits {
             // Unknown object types are ignored, like unknown keys.
@@ -60,7 +62,10 @@ impl License {
                 limits.insert(object_type, limit);
             }
         }
-        Ok(Self { expires_at: file.expires_at, limits })
+        Ok(Self {
+            expires_at: file.expires_at,
+            limits,
+        })
     }
 
     /// Checks the license before a create or change. `creating` names the type of an object

@@ -122,7 +122,10 @@ impl ObjectType {
 
     /// Parses a key; unknown keys are `Invalid object type`.
     pub fn parse(key: &str) -> Result<Self, ApiError> {
-        Self::ALL.into_iter().find(|t| t.key() == key).ok_or(ApiError::InvalidObjectType)
+        Self::ALL
+            .into_iter()
+            .find(|t| t.key() == key)
+            .ok_or(ApiError::InvalidObjectType)
     }
 
     /// The display name of long-form 404s and license messages (`Api Key`).
@@ -209,12 +212,20 @@ impl AuthContext {
     }
 
     /// Requires `needed` on the whole type (creates): else 403 with id `None`.
-    pub fn require_type(&self, object_type: ObjectType, needed: AccessLevel) -> Result<(), ApiError> {
+    pub fn require_type(
+        &self,
+        object_type: ObjectType,
+        needed: AccessLevel,
+    ) -> Result<(), ApiError> {
         let held = self.type_level(object_type);
         if held.contains(needed) {
             Ok(())
         } else {
-            Err(ApiError::AccessDenied { level: needed, object_type, id: None })
+            Err(ApiError::AccessDenied {
+                level: needed,
+                object_type,
+                id: None,
+            })
         }
     }
 
@@ -229,13 +240,18 @@ impl AuthContext {
         if held.contains(needed) {
             Ok(())
         } else {
-            Err(ApiError::AccessDenied { level: needed, object_type, id: Some(id) })
+            Err(ApiError::AccessDenied {
+                level: needed,
+                object_type,
+                id: Some(id),
+            })
         }
     }
 
     /// Whether the key can read the object (lack of read is reported as "not found").
     pub fn can_read(&self, object_type: ObjectType, id: Uuid) -> bool {
-        self.object_level(object_type, id).contains(AccessLevel::READ)
+        self.object_level(object_type, id)
+            .contains(AccessLevel::READ)
     }
 
     /// The ids of objects of a type on which the key holds `needed` through object entries
@@ -282,7 +298,10 @@ mod tests {
     fn access_level_display_matches_the_interface() {
         assert_eq!(AccessLevel::READ.to_string(), "AccessLevel(READ)");
         assert_eq!(AccessLevel(5).to_string(), "AccessLevel(READ | EXECUTE)");
-        assert_eq!(AccessLevel(7).to_string(), "AccessLevel(READ | WRITE | EXECUTE)");
+        assert_eq!(
+            AccessLevel(7).to_string(),
+            "AccessLevel(READ | WRITE | EXECUTE)"
+        );
     }
 
     #[test]

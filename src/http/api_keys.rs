@@ -23,13 +23,62 @@ use crate::store;
 pub const API_KEY_LIST: ListSpec = ListSpec {
     table: "api_keys",
     fields: &[
-        FieldSpec { name: "id", column: "id", kind: FieldKind::Uuid, nullable: false, filters: FilterOps::EQ, sortable: true },
-        FieldSpec { name: "name", column: "name", kind: FieldKind::Text, nullable: false, filters: FilterOps::TEXT_ALL, sortable: true },
-        FieldSpec { name: "description", column: "description", kind: FieldKind::Text, nullable: true, filters: FilterOps::EQ_CONTAINS, sortable: false },
-        FieldSpec { name: "active", column: "active", kind: FieldKind::Bool, nullable: false, filters: FilterOps::EQ, sortable: false },
-        FieldSpec { name: "expiration", column: "expiration", kind: FieldKind::Timestamp, nullable: true, filters: FilterOps::EQ_COMPARE, sortable: true },
-        FieldSpec { name: "created_at", column: "created_at", kind: FieldKind::Timestamp, nullable: false, filters: FilterOps::EQ_COMPARE, sortable: true },
-        FieldSpec { name: "updated_at", column: "updated_at", kind: FieldKind::Timestamp, nullable: false, filters: FilterOps::EQ_COMPARE, sortable: true },
+        FieldSpec {
+            name: "id",
+            column: "id",
+            kind: FieldKind::Uuid,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "name",
+            column: "name",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::TEXT_ALL,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "description",
+            column: "description",
+            kind: FieldKind::Text,
+            nullable: true,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "active",
+            column: "active",
+            kind: FieldKind::Bool,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "expiration",
+            column: "expiration",
+            kind: FieldKind::Timestamp,
+            nullable: true,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "created_at",
+            column: "created_at",
+            kind: FieldKind::Timestamp,
+            nullable: false,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "updated_at",
+            column: "updated_at",
+            kind: FieldKind::Timestamp,
+            nullable: false,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
     ],
     echo_unset_filters: false,
     default_order: &["id"],
@@ -152,14 +201,28 @@ impl ApiKeysApi {
     #[oai(path = "/api-keys", method = "get")]
     async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request = parse_list_query(&API_KEY_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let readable = if auth.0.type_level(ObjectType::ApiKeys).contains(AccessLevel::READ) {
+        let request =
+            parse_list_query(&API_KEY_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
+        let readable = if auth
+            .0
+            .type_level(ObjectType::ApiKeys)
+            .contains(AccessLevel::READ)
+        {
             None
         } else {
-            Some(auth.0.object_ids_with(ObjectType::ApiKeys, AccessLevel::READ))
+            Some(
+                auth.0
+                    .object_ids_with(ObjectType::ApiKeys, AccessLevel::READ),
+            )
         };
         let base = store::api_keys::list_base(readable);
-        let envelope = store::listing::list::<store::api_keys::ApiKeyRow>(&state.pool, &API_KEY_LIST, &request, base).await?;
+        let envelope = store::listing::list::<store::api_keys::ApiKeyRow>(
+            &state.pool,
+            &API_KEY_LIST,
+            &request,
+            base,
+        )
+        .await?;
         Ok(Json(ListEnvelope {
             data: envelope.data,
             page_info: Value::Object(envelope.page_info),
@@ -172,14 +235,27 @@ impl ApiKeysApi {
     /// The secret is returned only in this response. Permissions on individual objects are
     /// granted afterwards with `POST /api-keys/{api_key_id}/permissions`.
     #[oai(path = "/api-keys", method = "post")]
-    async fn create(&self, auth: Auth, req: &Request, body: JsonBody<CreateApiKeyBody>) -> poem::Result<Created<CreatedApiKeyObject>> {
+    async fn create(
+        &self,
+        auth: Auth,
+        req: &Request,
+        body: JsonBody<CreateApiKeyBody>,
+    ) -> poem::Result<Created<CreatedApiKeyObject>> {
         let state = state(req)?;
         let body = body.0;
         let mut permissions = BTreeMap::new();
         for (key, bits) in body.permissions {
-            permissions.insert(key, AccessLevel::from_bits(i64::from(bits)).unwrap_or_default());
+            permissions.insert(
+                key,
+                AccessLevel::from_bits(i64::from(bits)).unwrap_or_default(),
+            );
         }
-        let input = NewKey { name: body.name, description: body.description, permissions, classifications: body.classifications };
+        let input = NewKey {
+            name: body.name,
+            description: body.description,
+            permissions,
+            classifications: body.classifications,
+        };
         let key = service::create(&state.pool, &state.config.license, &auth.0, input).await?;
         Ok(Created(CreatedApiKeyObject {
             id: key.id,
@@ -195,9 +271,16 @@ impl ApiKeysApi {
 
     /// Get an API key
     #[oai(path = "/api-keys/:api_key_id", method = "get")]
-    async fn get(&self, auth: Auth, api_key_id: PathId, req: &Request) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
+    async fn get(
+        &self,
+        auth: Auth,
+        api_key_id: PathId,
+        req: &Request,
+    ) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
         let state = state(req)?;
-        Ok(Json(service::get_readable(&state.pool, &auth.0, api_key_id.0).await?))
+        Ok(Json(
+            service::get_readable(&state.pool, &auth.0, api_key_id.0).await?,
+        ))
     }
 
     /// Update an API key
@@ -206,18 +289,43 @@ impl ApiKeysApi {
     /// `null` removes the description or the expiration. Deactivation applies from the next
     /// request.
     #[oai(path = "/api-keys/:api_key_id", method = "patch")]
-    async fn update(&self, auth: Auth, api_key_id: PathId, req: &Request, body: JsonBody<UpdateApiKeyBody>) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
+    async fn update(
+        &self,
+        auth: Auth,
+        api_key_id: PathId,
+        req: &Request,
+        body: JsonBody<UpdateApiKeyBody>,
+    ) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
         let state = state(req)?;
         let body = body.0;
-        let change = KeyChange { name: body.name, description: body.description, active: body.active, expiration: body.expiration };
-        Ok(Json(service::update(&state.pool, &state.config.license, &auth.0, api_key_id.0, change).await?))
+        let change = KeyChange {
+            name: body.name,
+            description: body.description,
+            active: body.active,
+            expiration: body.expiration,
+        };
+        Ok(Json(
+            service::update(
+                &state.pool,
+                &state.config.license,
+                &auth.0,
+                api_key_id.0,
+                change,
+            )
+            .await?,
+        ))
     }
 
     /// Delete an API key
     ///
     /// Deletes the key and its permission entries. A key cannot delete itself.
     #[oai(path = "/api-keys/:api_key_id", method = "delete")]
-    async fn delete(&self, auth: Auth, api_key_id: PathId, req: &Request) -> poem::Result<NoContent> {
+    async fn delete(
+        &self,
+        auth: Auth,
+        api_key_id: PathId,
+        req: &Request,
+    ) -> poem::Result<NoContent> {
         let state = state(req)?;
         service::delete(&state.pool, &auth.0, api_key_id.0).await?;
         Ok(NoContent)
@@ -225,7 +333,12 @@ impl ApiKeysApi {
 
     /// List a key's permission entries
     #[oai(path = "/api-keys/:api_key_id/permissions", method = "get")]
-    async fn list_permissions(&self, auth: Auth, api_key_id: PathId, req: &Request) -> poem::Result<Json<Vec<PermissionEntryObject>>> {
+    async fn list_permissions(
+        &self,
+        auth: Auth,
+        api_key_id: PathId,
+        req: &Request,
+    ) -> poem::Result<Json<Vec<PermissionEntryObject>>> {
         let state = state(req)?;
         let entries = service::entries(&state.pool, &auth.0, api_key_id.0).await?;
         Ok(Json(
@@ -246,7 +359,13 @@ impl ApiKeysApi {
     /// Adds, changes or removes (permission 0) entries, all in one transaction. A key cannot
     /// grant or revoke a permission it does not hold.
     #[oai(path = "/api-keys/:api_key_id/permissions", method = "post")]
-    async fn change_permissions(&self, auth: Auth, api_key_id: PathId, req: &Request, body: JsonBody<Vec<PermissionEntryBody>>) -> poem::Result<EmptyOk> {
+    async fn change_permissions(
+        &self,
+        auth: Auth,
+        api_key_id: PathId,
+        req: &Request,
+        body: JsonBody<Vec<PermissionEntryBody>>,
+    ) -> poem::Result<EmptyOk> {
         let state = state(req)?;
         let changes = body
             .0
@@ -258,7 +377,14 @@ impl ApiKeysApi {
                 classifications: e.classifications,
             })
             .collect();
-        service::change_entries(&state.pool, &state.config.license, &auth.0, api_key_id.0, changes).await?;
+        service::change_entries(
+            &state.pool,
+            &state.config.license,
+            &auth.0,
+            api_key_id.0,
+            changes,
+        )
+        .await?;
         Ok(EmptyOk)
     }
 
@@ -286,23 +412,37 @@ impl ApiKeysApi {
     ///
     /// Repeat `object_id` for each object. Returns each id mapped to its permission (0..7).
     #[oai(path = "/permissions/:object_type", method = "get")]
-    async fn permissions_on_objects(&self, auth: Auth, object_type: poem_openapi::param::Path<String>, req: &Request) -> poem::Result<Json<Value>> {
+    async fn permissions_on_objects(
+        &self,
+        auth: Auth,
+        object_type: poem_openapi::param::Path<String>,
+        req: &Request,
+    ) -> poem::Result<Json<Value>> {
         let object_type = ObjectType::parse(&object_type.0)?;
         let mut map = serde_json::Map::new();
         for (name, value) in form_pairs(req.uri().query()) {
             if name != "object_id" {
                 continue;
             }
-            let id = Uuid::parse_str(&value)
-                .map_err(|e| ApiError::query_string(format!("object_id: UUID parsing failed: {e}")))?;
-            map.insert(id.to_string(), Value::from(auth.0.object_level(object_type, id).bits()));
+            let id = Uuid::parse_str(&value).map_err(|e| {
+                ApiError::query_string(format!("object_id: UUID parsing failed: {e}"))
+            })?;
+            map.insert(
+                id.to_string(),
+                Value::from(auth.0.object_level(object_type, id).bits()),
+            );
         }
         Ok(Json(Value::Object(map)))
     }
 
     /// Permission of the calling key on one object
     #[oai(path = "/permissions/:object_type/:object_id", method = "get")]
-    async fn permission_on_object(&self, auth: Auth, object_type: poem_openapi::param::Path<String>, object_id: PathId) -> poem::Result<Json<u8>> {
+    async fn permission_on_object(
+        &self,
+        auth: Auth,
+        object_type: poem_openapi::param::Path<String>,
+        object_id: PathId,
+    ) -> poem::Result<Json<u8>> {
         let object_type = ObjectType::parse(&object_type.0)?;
         Ok(Json(auth.0.object_level(object_type, object_id.0).bits()))
     }
@@ -310,7 +450,9 @@ impl ApiKeysApi {
 
 /// Decoded `name=value` pairs of a query string.
 pub fn form_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    let Some(query) = query else { return Vec::new() };
+    let Some(query) = query else {
+        return Vec::new();
+    };
     query
         .split('&')
         .filter(|p| !p.is_empty())
@@ -323,5 +465,7 @@ pub fn form_pairs(query: Option<&str>) -> Vec<(String, String)> {
 
 fn decode_component(s: &str) -> String {
     let spaced = s.replace('+', " ");
-    percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8_lossy()
+        .into_owned()
 }

@@ -24,14 +24,21 @@ pub fn root() -> Response {
 /// `GET /healthz`: every component `ok` once started (not checked, as the interface says).
 #[handler]
 pub fn healthz() -> impl IntoResponse {
-    PoemJson(json!({"status": "ok", "components": {"database": "ok", "queue": "ok", "sidecar": "ok"}}))
+    PoemJson(
+        json!({"status": "ok", "components": {"database": "ok", "queue": "ok", "sidecar": "ok"}}),
+    )
 }
 
 /// `GET /metrics`.
 #[handler]
 pub fn metrics(req: &Request) -> Response {
-    let body = req.data::<crate::startup::AppState>().map(|s| s.metrics.render()).unwrap_or_default();
-    Response::builder().content_type("text/plain; version=0.0.4").body(body)
+    let body = req
+        .data::<crate::startup::AppState>()
+        .map(|s| s.metrics.render())
+        .unwrap_or_default();
+    Response::builder()
+        .content_type("text/plain; version=0.0.4")
+        .body(body)
 }
 
 pub struct CoreApi;
@@ -46,7 +53,11 @@ impl CoreApi {
     async fn statistics(&self, req: &Request) -> poem::Result<Json<Statistics>> {
         check_interval(req.uri().query())?;
         let state = state(req)?;
-        let document_queue = state.queue.message_count().await.map_err(ApiError::StreamInfo)?;
+        let document_queue = state
+            .queue
+            .message_count()
+            .await
+            .map_err(ApiError::StreamInfo)?;
         Ok(Json(Statistics {
             documents_added: 0.0,
             documents_processed: 0.0,

@@ -24,7 +24,9 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// The shared state, put in every request by the router.
 pub fn state(request: &Request) -> Result<&AppState, ApiError> {
-    request.data::<AppState>().ok_or_else(|| ApiError::Internal("application state missing".to_owned()))
+    request
+        .data::<AppState>()
+        .ok_or_else(|| ApiError::Internal("application state missing".to_owned()))
 }
 
 /// The authenticated key of the request.
@@ -128,12 +130,16 @@ pub struct JsonBody<T>(pub T);
 /// Whether a content type is JSON (`application/json` or `application/*+json`).
 pub fn is_json_content_type(content_type: &str) -> bool {
     content_type.parse::<mime::Mime>().is_ok_and(|m| {
-        m.type_() == "application" && (m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"))
+        m.type_() == "application"
+            && (m.subtype() == "json" || m.suffix().is_some_and(|s| s == "json"))
     })
 }
 
 /// Reads a JSON body under the REST limits and parses it.
-pub async fn read_json<T: DeserializeOwned>(request: &Request, body: &mut RequestBody) -> Result<T, ApiError> {
+pub async fn read_json<T: DeserializeOwned>(
+    request: &Request,
+    body: &mut RequestBody,
+) -> Result<T, ApiError> {
     if !request.content_type().is_some_and(is_json_content_type) {
         return Err(ApiError::Plain {
             status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -144,14 +150,19 @@ pub async fn read_json<T: DeserializeOwned>(request: &Request, body: &mut Reques
         status: StatusCode::PAYLOAD_TOO_LARGE,
         message: "Failed to buffer the request body: length limit exceeded".to_owned(),
     };
-    let body = body.take().map_err(|_| ApiError::Internal("request body already read".to_owned()))?;
-    let bytes = body.into_bytes_limit(MAX_BODY_BYTES).await.map_err(|e| match e {
-        poem::error::ReadBodyError::PayloadTooLarge => too_large(),
-        other => ApiError::Plain {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("Failed to buffer the request body: {other}"),
-        },
-    })?;
+    let body = body
+        .take()
+        .map_err(|_| ApiError::Internal("request body already read".to_owned()))?;
+    let bytes = body
+        .into_bytes_limit(MAX_BODY_BYTES)
+        .await
+        .map_err(|e| match e {
+            poem::error::ReadBodyError::PayloadTooLarge => too_large(),
+            other => ApiError::Plain {
+                status: StatusCode::BAD_REQUEST,
+                message: format!("Failed to buffer the request body: {other}"),
+            },
+        })?;
     parse_json(&bytes)
 }
 
@@ -184,7 +195,10 @@ impl<'a, T: DeserializeOwned + Type + Send> ApiExtractor<'a> for JsonBody<T> {
     fn request_meta() -> Option<MetaRequest> {
         Some(MetaRequest {
             description: None,
-            content: vec![MetaMediaType { content_type: "application/json", schema: T::schema_ref() }],
+            content: vec![MetaMediaType {
+                content_type: "application/json",
+                schema: T::schema_ref(),
+            }],
             required: true,
         })
     }

@@ -54,11 +54,21 @@ pub fn app(state: AppState) -> impl Endpoint {
         ("/", vec![Method::GET], RouteKind::Reference, false),
         ("/healthz", vec![Method::GET], RouteKind::Reference, false),
         ("/metrics", vec![Method::GET], RouteKind::Reference, false),
-        ("/openapi.json", vec![Method::GET], RouteKind::Reference, false),
+        (
+            "/openapi.json",
+            vec![Method::GET],
+            RouteKind::Reference,
+            false,
+        ),
         ("/docs", vec![Method::GET], RouteKind::Reference, true),
         ("/_docs", vec![Method::GET], RouteKind::Reference, true),
         ("/_docs-alt", vec![Method::GET], RouteKind::Reference, true),
-        ("/statistics", vec![Method::GET], RouteKind::Statistics, false),
+        (
+            "/statistics",
+            vec![Method::GET],
+            RouteKind::Statistics,
+            false,
+        ),
     ] {
         table.add(template, methods, kind, prefix);
     }
@@ -75,5 +85,27 @@ pub fn app(state: AppState) -> impl Endpoint {
         .data(state.clone());
     let metrics = state.metrics.clone();
     let api = service.data(state);
-    Shell { api, reference, routes: Arc::new(routes), metrics }
+    Shell {
+        api,
+        reference,
+        routes: Arc::new(routes),
+        metrics,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    /// The OpenAPI document is an artifact: a change to it must be reviewed and accepted.
+    #[test]
+    fn openapi_document_is_stable() {
+        let document: serde_json::Value = serde_json::from_str(&super::openapi_document()).unwrap();
+        assert_eq!(document["info"]["title"], "Trove");
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_json_snapshot!("openapi", document);
+        });
+    }
 }

@@ -10,7 +10,10 @@ use serde::Serialize;
 
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
     match serde_json::to_vec(value) {
-        Ok(body) => Response::builder().status(status).content_type("application/json").body(body),
+        Ok(body) => Response::builder()
+            .status(status)
+            .content_type("application/json")
+            .body(body),
         Err(e) => crate::error::ApiError::Internal(e.to_string()).to_response(),
     }
 }
@@ -21,7 +24,10 @@ fn meta_json<T: Type>(status: u16, description: &'static str) -> MetaResponses {
             description,
             status: Some(status),
             status_range: None,
-            content: vec![MetaMediaType { content_type: "application/json", schema: T::schema_ref() }],
+            content: vec![MetaMediaType {
+                content_type: "application/json",
+                schema: T::schema_ref(),
+            }],
             headers: vec![],
         }],
     }

@@ -51,14 +51,28 @@ impl RouteTable {
     pub fn add(&mut self, template: &str, methods: Vec<Method>, kind: RouteKind, prefix: bool) {
         let segments = split(template)
             .into_iter()
-            .map(|s| if s.starts_with('{') && s.ends_with('}') { Segment::Param } else { Segment::Literal(s.to_owned()) })
+            .map(|s| {
+                if s.starts_with('{') && s.ends_with('}') {
+                    Segment::Param
+                } else {
+                    Segment::Literal(s.to_owned())
+                }
+            })
             .collect();
-        self.entries.push(RouteEntry { template: template.to_owned(), segments, prefix, methods, kind });
+        self.entries.push(RouteEntry {
+            template: template.to_owned(),
+            segments,
+            prefix,
+            methods,
+            kind,
+        });
     }
 
     /// Adds every path and method of an OpenAPI document as API routes.
     pub fn add_openapi(&mut self, spec: &serde_json::Value) {
-        let Some(paths) = spec.get("paths").and_then(|p| p.as_object()) else { return };
+        let Some(paths) = spec.get("paths").and_then(|p| p.as_object()) else {
+            return;
+        };
         for (template, operations) in paths {
             let methods = operations
                 .as_object()
@@ -88,7 +102,11 @@ impl RouteTable {
         self.entries
             .iter()
             .filter(|e| {
-                let fixed_len = if e.prefix { parts.len() >= e.segments.len() } else { parts.len() == e.segments.len() };
+                let fixed_len = if e.prefix {
+                    parts.len() >= e.segments.len()
+                } else {
+                    parts.len() == e.segments.len()
+                };
                 fixed_len
                     && e.segments.iter().zip(&parts).all(|(seg, part)| match seg {
                         Segment::Literal(l) => l == part,
@@ -96,7 +114,12 @@ impl RouteTable {
                     })
             })
             // Prefer the most literal segments (e.g. `/permissions/x` vs a parameter).
-            .max_by_key(|e| e.segments.iter().filter(|s| matches!(s, Segment::Literal(_))).count())
+            .max_by_key(|e| {
+                e.segments
+                    .iter()
+                    .filter(|s| matches!(s, Segment::Literal(_)))
+                    .count()
+            })
     }
 }
 
@@ -110,12 +133,31 @@ mod tests {
         let mut t = RouteTable::default();
         t.add("/", vec![Method::GET], RouteKind::Reference, false);
         t.add("/docs", vec![Method::GET], RouteKind::Reference, true);
-        t.add("/api-keys/{api_key_id}", vec![Method::GET, Method::PATCH], RouteKind::Api, false);
-        t.add("/api-keys/{api_key_id}/permissions", vec![Method::GET], RouteKind::Api, false);
+        t.add(
+            "/api-keys/{api_key_id}",
+            vec![Method::GET, Method::PATCH],
+            RouteKind::Api,
+            false,
+        );
+        t.add(
+            "/api-keys/{api_key_id}/permissions",
+            vec![Method::GET],
+            RouteKind::Api,
+            false,
+        );
         assert_eq!(t.find("/").unwrap().template, "/");
-        assert_eq!(t.find("/docs/oauth-receiver.html").unwrap().template, "/docs");
-        assert_eq!(t.find("/api-keys/abc").unwrap().template, "/api-keys/{api_key_id}");
-        assert_eq!(t.find("/api-keys/abc/permissions").unwrap().template, "/api-keys/{api_key_id}/permissions");
+        assert_eq!(
+            t.find("/docs/oauth-receiver.html").unwrap().template,
+            "/docs"
+        );
+        assert_eq!(
+            t.find("/api-keys/abc").unwrap().template,
+            "/api-keys/{api_key_id}"
+        );
+        assert_eq!(
+            t.find("/api-keys/abc/permissions").unwrap().template,
+            "/api-keys/{api_key_id}/permissions"
+        );
         assert!(t.find("/api-keys/abc/x").is_none());
         assert!(t.find("/nope").is_none());
         assert!(t.find("/api-keys/").is_none());

@@ -50,12 +50,17 @@ fn request_id(req: &Request) -> HeaderValue {
         .filter(|v| !v.is_empty() && v.as_bytes().iter().all(|b| (0x21..=0x7e).contains(b)))
         .cloned()
         .unwrap_or_else(|| {
-            HeaderValue::from_str(&Uuid::new_v4().to_string()).unwrap_or(HeaderValue::from_static("invalid"))
+            HeaderValue::from_str(&Uuid::new_v4().to_string())
+                .unwrap_or(HeaderValue::from_static("invalid"))
         })
 }
 
 fn allow_header(methods: &[Method]) -> String {
-    methods.iter().map(Method::as_str).collect::<Vec<_>>().join(",")
+    methods
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Turns an error of the inner endpoints into the interface's response.
@@ -75,7 +80,10 @@ fn error_response(err: poem::Error, methods: &[Method]) -> Response {
     // Any other framework rejection: its status with its text, as plain text.
     let status = err.status();
     let message = err.to_string();
-    Response::builder().status(status).content_type("text/plain; charset=utf-8").body(message)
+    Response::builder()
+        .status(status)
+        .content_type("text/plain; charset=utf-8")
+        .body(message)
 }
 
 /// Answers a CORS preflight for an API route.
@@ -94,7 +102,9 @@ fn preflight(req: &Request, methods: &[Method]) -> Response {
 fn is_preflight(req: &Request) -> bool {
     req.method() == Method::OPTIONS
         && req.headers().contains_key(header::ORIGIN)
-        && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
 impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
@@ -110,7 +120,10 @@ impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
             return Ok(response);
         };
         let endpoint = route.template.as_str();
-        let pending = self.metrics.requests_pending.with_label_values(&[method, endpoint]);
+        let pending = self
+            .metrics
+            .requests_pending
+            .with_label_values(&[method, endpoint]);
         pending.inc();
 
         let mut response = match route.kind {
@@ -126,7 +139,10 @@ impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
                 };
                 let headers = response.headers_mut();
                 headers.insert(REQUEST_ID, id);
-                headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+                headers.insert(
+                    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                    HeaderValue::from_static("*"),
+                );
                 headers.insert(
                     header::ACCESS_CONTROL_EXPOSE_HEADERS,
                     HeaderValue::from_static("x-request-id, x-service-tracing-id"),
@@ -161,7 +177,10 @@ impl<A, R> Shell<A, R> {
         let status = status.as_u16().to_string();
         let labels = [method, status.as_str(), endpoint];
         self.metrics.requests_total.with_label_values(&labels).inc();
-        self.metrics.requests_duration.with_label_values(&labels).observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .requests_duration
+            .with_label_values(&labels)
+            .observe(started.elapsed().as_secs_f64());
     }
 }
 

@@ -93,7 +93,9 @@ mod tests {
         assert_eq!(parse_interval("1d2h3m4s5ms"), Some(93_784_005));
         assert_eq!(parse_interval("500ms"), Some(500));
         assert_eq!(parse_interval("1y1w"), Some((365 + 7) * 24 * 3600 * 1000));
-        for bad in ["", "1", "h", "1m1h", "1h1h", "1x", "-1h", "1.5h", "1 h", "0s0"] {
+        for bad in [
+            "", "1", "h", "1m1h", "1h1h", "1x", "-1h", "1.5h", "1 h", "0s0",
+        ] {
             assert_eq!(parse_interval(bad), None, "{bad}");
         }
     }

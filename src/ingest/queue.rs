@@ -28,7 +28,11 @@ impl Queue {
             .connect(url)
             .await?;
         let jetstream = jetstream::new(client.clone());
-        Ok(Self { client, jetstream, names })
+        Ok(Self {
+            client,
+            jetstream,
+            names,
+        })
     }
 
     /// The names of the stream, subjects and consumer.

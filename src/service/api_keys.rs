@@ -58,7 +58,11 @@ pub struct EntryChange {
 
 /// The 403 that protects a key (the master key, or oneself).
 fn write_denied(id: Uuid) -> ApiError {
-    ApiError::AccessDenied { level: AccessLevel::WRITE, object_type: ObjectType::ApiKeys, id: Some(id) }
+    ApiError::AccessDenied {
+        level: AccessLevel::WRITE,
+        object_type: ObjectType::ApiKeys,
+        id: Some(id),
+    }
 }
 
 /// Reads a key the caller can read; missing or unreadable are both `ApiKey not found`.
@@ -66,7 +70,9 @@ pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiRes
     if !auth.can_read(ObjectType::ApiKeys, id) {
         return Err(ApiError::api_key_not_found(id));
     }
-    store::get(pool, id).await?.ok_or_else(|| ApiError::api_key_not_found(id))
+    store::get(pool, id)
+        .await?
+        .ok_or_else(|| ApiError::api_key_not_found(id))
 }
 
 /// Whether the caller may grant or revoke `old` → `new` on a type or an object: it must hold
@@ -86,7 +92,11 @@ fn check_grant(
     } else {
         (auth.object_level(object_type, object_id), Some(object_id))
     };
-    let denied = ApiError::AccessDenied { level: needed, object_type, id };
+    let denied = ApiError::AccessDenied {
+        level: needed,
+        object_type,
+        id,
+    };
     if !held.contains(needed) {
         return Err(denied);
     }
@@ -94,7 +104,9 @@ fn check_grant(
         let pipeline = (object_id != TYPE_ENTRY_ID).then_some(object_id);
         if !auth.allows_all_classifications(pipeline) {
             let allowed = auth.allow_list(pipeline);
-            let old_classifications = old.map(|e| e.classifications.as_slice()).unwrap_or_default();
+            let old_classifications = old
+                .map(|e| e.classifications.as_slice())
+                .unwrap_or_default();
             let all_held = new_classifications
                 .iter()
                 .chain(old_classifications)
@@ -108,27 +120,57 @@ fn check_grant(
 }
 
 /// Creates a key with type entries. The secret is returned once.
-pub async fn create(pool: &PgPool, license: &License, auth: &AuthContext, input: NewKey) -> ApiResult<CreatedKey> {
+pub async fn create(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    input: NewKey,
+) -> ApiResult<CreatedKey> {
     auth.require_type(ObjectType::ApiKeys, AccessLevel::WRITE)?;
     license.check(pool, Some(ObjectType::ApiKeys)).await?;
     validate_name(&input.name)?;
     let mut entries = Vec::new();
     for (key, level) in &input.permissions {
         let object_type = ObjectType::parse(key)?;
-        let classifications =
-            if object_type == ObjectType::Pipelines { input.classifications.clone() } else { Vec::new() };
+        let classifications = if object_type == ObjectType::Pipelines {
+            input.classifications.clone()
+        } else {
+            Vec::new()
+        };
         entries.push((object_type, *level, classifications));
     }
     for (object_type, level, classifications) in &entries {
-        check_grant(auth, *object_type, TYPE_ENTRY_ID, None, *level, classifications)?;
+        check_grant(
+            auth,
+            *object_type,
+            TYPE_ENTRY_ID,
+            None,
+            *level,
+            classifications,
+        )?;
     }
 
     let id = Uuid::new_v4();
     let secret = generate_key_secret();
     let mut tx = pool.begin().await?;
-    let row = store::insert(&mut tx, id, &input.name, input.description.as_deref(), &hash_key_secret(id, &secret)).await?;
+    let row = store::insert(
+        &mut tx,
+        id,
+        &input.name,
+        input.description.as_deref(),
+        &hash_key_secret(id, &secret),
+    )
+    .await?;
     for (object_type, level, classifications) in &entries {
-        store::put_entry(&mut tx, id, *object_type, TYPE_ENTRY_ID, *level, classifications).await?;
+        store::put_entry(
+            &mut tx,
+            id,
+            *object_type,
+            TYPE_ENTRY_ID,
+            *level,
+            classifications,
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(CreatedKey {
@@ -144,7 +186,13 @@ pub async fn create(pool: &PgPool, license: &License, auth: &AuthContext, input:
 }
 
 /// Changes a key's editable fields.
-pub async fn update(pool: &PgPool, license: &License, auth: &AuthContext, id: Uuid, change: KeyChange) -> ApiResult<ApiKeyRow> {
+pub async fn update(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    id: Uuid,
+    change: KeyChange,
+) -> ApiResult<ApiKeyRow> {
     let current = get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
     license.check(pool, None).await?;
@@ -191,7 +239,11 @@ pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()
 }
 
 /// Every entry of a key the caller can read.
-pub async fn entries(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<Vec<PermissionEntry>> {
+pub async fn entries(
+    pool: &PgPool,
+    auth: &AuthContext,
+    id: Uuid,
+) -> ApiResult<Vec<PermissionEntry>> {
     get_readable(pool, auth, id).await?;
     Ok(store::entries(pool, id).await?)
 }
@@ -216,18 +268,47 @@ pub async fn change_entries(
     }
     let current = store::entries(pool, id).await?;
     for (object_type, change) in &parsed {
-        if change.object_id != TYPE_ENTRY_ID && !store::object_exists(pool, *object_type, change.object_id).await? {
-            return Err(ApiError::ObjectNotFound { type_name: object_type.display_name(), id: change.object_id });
+        if change.object_id != TYPE_ENTRY_ID
+            && !store::object_exists(pool, *object_type, change.object_id).await?
+        {
+            return Err(ApiError::ObjectNotFound {
+                type_name: object_type.display_name(),
+                id: change.object_id,
+            });
         }
-        let old = current.iter().find(|e| e.object_type == *object_type && e.object_id == change.object_id);
-        let classifications = if *object_type == ObjectType::Pipelines { change.classifications.as_slice() } else { &[] };
-        check_grant(auth, *object_type, change.object_id, old, change.level, classifications)?;
+        let old = current
+            .iter()
+            .find(|e| e.object_type == *object_type && e.object_id == change.object_id);
+        let classifications = if *object_type == ObjectType::Pipelines {
+            change.classifications.as_slice()
+        } else {
+            &[]
+        };
+        check_grant(
+            auth,
+            *object_type,
+            change.object_id,
+            old,
+            change.level,
+            classifications,
+        )?;
     }
     let mut tx = pool.begin().await?;
     for (object_type, change) in &parsed {
-        let classifications =
-            if *object_type == ObjectType::Pipelines { change.classifications.clone() } else { Vec::new() };
-        store::put_entry(&mut tx, id, *object_type, change.object_id, change.level, &classifications).await?;
+        let classifications = if *object_type == ObjectType::Pipelines {
+            change.classifications.clone()
+        } else {
+            Vec::new()
+        };
+        store::put_entry(
+            &mut tx,
+            id,
+            *object_type,
+            change.object_id,
+            change.level,
+            &classifications,
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(())

@@ -8,6 +8,8 @@ pub fn validate_name(name: &str) -> Result<(), crate::error::ApiError> {
     if (1..=255).contains(&len) {
         Ok(())
     } else {
-        Err(crate::error::ApiError::InvalidParameter("Invalid name".to_owned()))
+        Err(crate::error::ApiError::InvalidParameter(
+            "Invalid name".to_owned(),
+        ))
     }
 }

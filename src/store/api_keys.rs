@@ -80,17 +80,26 @@ pub async fn entries(pool: &PgPool, key_id: Uuid) -> Result<Vec<PermissionEntry>
             // Rows are written only through `ObjectType` and `AccessLevel`, so both parse.
             let object_type = ObjectType::parse(&r.object_type).ok()?;
             let level = AccessLevel::from_bits(i64::from(r.permission))?;
-            Some(PermissionEntry { object_type, object_id: r.object_id, level, classifications: r.classifications })
+            Some(PermissionEntry {
+                object_type,
+                object_id: r.object_id,
+                level,
+                classifications: r.classifications,
+            })
         })
         .collect())
 }
 
 /// One key by id.
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<ApiKeyRow>, sqlx::Error> {
-    sqlx::query_as(concat!("SELECT ", key_columns!(), " FROM api_keys WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await
+    sqlx::query_as(concat!(
+        "SELECT ",
+        key_columns!(),
+        " FROM api_keys WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await
 }
 
 /// Inserts a key and its entries (one transaction, the caller's).
@@ -143,7 +152,10 @@ pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    let deleted = sqlx::query("DELETE FROM api_keys WHERE id = $1").bind(id).execute(&mut *tx).await?;
+    let deleted = sqlx::query("DELETE FROM api_keys WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(deleted.rows_affected() > 0)
 }
@@ -158,12 +170,14 @@ pub async fn put_entry(
     classifications: &[String],
 ) -> Result<(), sqlx::Error> {
     if level == AccessLevel::NONE {
-        sqlx::query("DELETE FROM permissions WHERE api_key_id = $1 AND object_type = $2 AND object_id = $3")
-            .bind(key_id)
-            .bind(object_type.key())
-            .bind(object_id)
-            .execute(conn)
-            .await?;
+        sqlx::query(
+            "DELETE FROM permissions WHERE api_key_id = $1 AND object_type = $2 AND object_id = $3",
+        )
+        .bind(key_id)
+        .bind(object_type.key())
+        .bind(object_id)
+        .execute(conn)
+        .await?;
     } else {
         sqlx::query(
             "INSERT INTO permissions (api_key_id, object_type, object_id, permission, classifications)
@@ -183,7 +197,11 @@ pub async fn put_entry(
 }
 
 /// Deletes every entry held on an object (the object was deleted).
-pub async fn delete_entries_on(conn: &mut PgConnection, object_type: ObjectType, object_id: Uuid) -> Result<(), sqlx::Error> {
+pub async fn delete_entries_on(
+    conn: &mut PgConnection,
+    object_type: ObjectType,
+    object_id: Uuid,
+) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM permissions WHERE object_type = $1 AND object_id = $2")
         .bind(object_type.key())
         .bind(object_id)
@@ -197,8 +215,17 @@ pub fn list_base(readable_ids: Option<Vec<Uuid>>) -> SelectStatement {
     let table = Alias::new("api_keys");
     let mut select = Query::select();
     select.from(table.clone()).columns(
-        ["id", "name", "description", "active", "expiration", "created_at", "updated_at", "is_master"]
-            .map(|c| (table.clone(), Alias::new(c))),
+        [
+            "id",
+            "name",
+            "description",
+            "active",
+            "expiration",
+            "created_at",
+            "updated_at",
+            "is_master",
+        ]
+        .map(|c| (table.clone(), Alias::new(c))),
     );
     if let Some(ids) = readable_ids {
         select.and_where(Expr::col((table, Alias::new("id"))).is_in(ids));
@@ -207,7 +234,11 @@ pub fn list_base(readable_ids: Option<Vec<Uuid>>) -> SelectStatement {
 }
 
 /// Whether an object of the type exists (permission entries on objects must name one).
-pub async fn object_exists(pool: &PgPool, object_type: ObjectType, id: Uuid) -> Result<bool, sqlx::Error> {
+pub async fn object_exists(
+    pool: &PgPool,
+    object_type: ObjectType,
+    id: Uuid,
+) -> Result<bool, sqlx::Error> {
     let sql = match object_type {
         ObjectType::ApiKeys => "SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1)",
         // Types with no stored objects in this release: nothing exists to name.

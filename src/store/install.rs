@@ -16,10 +16,15 @@ pub enum InstallError {
 }
 
 /// Installs if the database has no installation record yet. Returns whether it installed.
-pub async fn install_if_needed(pool: &PgPool, master: Option<&MasterKey>) -> Result<bool, InstallError> {
+pub async fn install_if_needed(
+    pool: &PgPool,
+    master: Option<&MasterKey>,
+) -> Result<bool, InstallError> {
     let mut tx = pool.begin().await?;
     // Serializes concurrent first starts: the second waits, then sees the record.
-    sqlx::query("LOCK TABLE installation IN EXCLUSIVE MODE").execute(&mut *tx).await?;
+    sqlx::query("LOCK TABLE installation IN EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
     let installed: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM installation)")
         .fetch_one(&mut *tx)
         .await?;
@@ -36,8 +41,11 @@ pub async fn install_if_needed(pool: &PgPool, master: Option<&MasterKey>) -> Res
     .execute(&mut *tx)
     .await?;
     for object_type in ObjectType::ALL {
-        let classifications: Vec<String> =
-            if object_type == ObjectType::Pipelines { vec!["*".to_owned()] } else { Vec::new() };
+        let classifications: Vec<String> = if object_type == ObjectType::Pipelines {
+            vec!["*".to_owned()]
+        } else {
+            Vec::new()
+        };
         sqlx::query(
             "INSERT INTO permissions (api_key_id, object_type, object_id, permission, classifications)
              VALUES ($1, $2, $3, $4, $5)",

@@ -5,8 +5,8 @@ use sea_query_sqlx::SqlxBinder;
 use serde::Serialize;
 use serde_json::{Map, Value};
 // Statements built by sea-query: every value is a bound parameter, the text holds none.
-use sqlx::{AssertSqlSafe, PgPool};
 use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgPool};
 use trove_query::list::{ListRequest, ListSpec, build_count_query, build_page_query, finish_page};
 
 use crate::error::{ApiError, ApiResult};
@@ -30,8 +30,11 @@ pub async fn list<T>(
 where
     T: for<'r> sqlx::FromRow<'r, PgRow> + Serialize + Send + Unpin,
 {
-    let (sql, values) = build_page_query(spec, request, base.clone()).build_sqlx(PostgresQueryBuilder);
-    let rows: Vec<T> = sqlx::query_as_with(AssertSqlSafe(sql), values).fetch_all(pool).await?;
+    let (sql, values) =
+        build_page_query(spec, request, base.clone()).build_sqlx(PostgresQueryBuilder);
+    let rows: Vec<T> = sqlx::query_as_with(AssertSqlSafe(sql), values)
+        .fetch_all(pool)
+        .await?;
     let rows = rows
         .iter()
         .map(serde_json::to_value)
@@ -41,8 +44,14 @@ where
     let mut page_info = page.page_info;
     if request.count {
         let (sql, values) = build_count_query(spec, request, base).build_sqlx(PostgresQueryBuilder);
-        let count: i64 = sqlx::query_scalar_with(AssertSqlSafe(sql), values).fetch_one(pool).await?;
+        let count: i64 = sqlx::query_scalar_with(AssertSqlSafe(sql), values)
+            .fetch_one(pool)
+            .await?;
         page_info.insert("count".to_owned(), Value::from(count));
     }
-    Ok(Envelope { data: page.data, page_info, query_info: request.query_info.clone() })
+    Ok(Envelope {
+        data: page.data,
+        page_info,
+        query_info: request.query_info.clone(),
+    })
 }

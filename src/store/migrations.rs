@@ -43,10 +43,16 @@ fn checksum(sql: &str) -> Vec<u8> {
 /// Applies every pending migration. Returns how many were applied.
 pub async fn migrate(pool: &PgPool) -> Result<usize, MigrateError> {
     let mut conn = pool.acquire().await?;
-    sqlx::query("SELECT pg_advisory_lock($1)").bind(LOCK_KEY).execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *conn)
+        .await?;
     let result = migrate_locked(&mut conn).await;
     // Unlock even when migrating failed; the connection returns to the pool afterwards.
-    let unlock = sqlx::query("SELECT pg_advisory_unlock($1)").bind(LOCK_KEY).execute(&mut *conn).await;
+    let unlock = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *conn)
+        .await;
     let applied = result?;
     unlock?;
     Ok(applied)
@@ -70,7 +76,10 @@ async fn migrate_locked(conn: &mut sqlx::PgConnection) -> Result<usize, MigrateE
     check_applied(&applied)?;
 
     let mut count = 0;
-    for migration in MIGRATIONS.iter().filter(|m| !applied.iter().any(|(v, _)| *v == m.version)) {
+    for migration in MIGRATIONS
+        .iter()
+        .filter(|m| !applied.iter().any(|(v, _)| *v == m.version))
+    {
         let mut tx = conn.begin().await?;
         sqlx::raw_sql(migration.sql).execute(&mut *tx).await?;
         sqlx::query("INSERT INTO _trove_migrations (version, name, checksum) VALUES ($1, $2, $3)")
@@ -80,7 +89,11 @@ async fn migrate_locked(conn: &mut sqlx::PgConnection) -> Result<usize, MigrateE
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        tracing::info!(version = migration.version, name = migration.name, "migration applied");
+        tracing::info!(
+            version = migration.version,
+            name = migration.name,
+            "migration applied"
+        );
         count += 1;
     }
     Ok(count)
@@ -138,7 +151,13 @@ mod tests {
     fn changed_or_unknown_versions_are_refused() {
         let ok = vec![(1, checksum(MIGRATIONS[0].sql))];
         assert!(check_applied(&ok).is_ok());
-        assert!(matches!(check_applied(&[(1, vec![0])]), Err(MigrateError::ChecksumMismatch(1))));
-        assert!(matches!(check_applied(&[(999, vec![])]), Err(MigrateError::UnknownVersion(999))));
+        assert!(matches!(
+            check_applied(&[(1, vec![0])]),
+            Err(MigrateError::ChecksumMismatch(1))
+        ));
+        assert!(matches!(
+            check_applied(&[(999, vec![])]),
+            Err(MigrateError::UnknownVersion(999))
+        ));
     }
 }

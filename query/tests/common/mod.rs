@@ -1,0 +1,106 @@
+//! Test specs shared by the list tests.
+
+#![allow(dead_code)]
+
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec};
+
+/// The API-key list (addendum §4).
+pub const API_KEY_FIELDS: &[FieldSpec] = &[
+    FieldSpec {
+        name: "id",
+        column: "id",
+        kind: FieldKind::Uuid,
+        nullable: false,
+        filters: FilterOps::EQ,
+        sortable: true,
+    },
+    FieldSpec {
+        name: "name",
+        column: "name",
+        kind: FieldKind::Text,
+        nullable: false,
+        filters: FilterOps::TEXT_ALL,
+        sortable: true,
+    },
+    FieldSpec {
+        name: "description",
+        column: "description",
+        kind: FieldKind::Text,
+        nullable: true,
+        filters: FilterOps::EQ_CONTAINS,
+        sortable: false,
+    },
+    FieldSpec {
+        name: "active",
+        column: "active",
+        kind: FieldKind::Bool,
+        nullable: false,
+        filters: FilterOps::EQ,
+        sortable: false,
+    },
+    FieldSpec {
+        name: "expiration",
+        column: "expiration",
+        kind: FieldKind::Timestamp,
+        nullable: true,
+        filters: FilterOps::EQ_COMPARE,
+        sortable: true,
+    },
+    FieldSpec {
+        name: "created_at",
+        column: "created_at",
+        kind: FieldKind::Timestamp,
+        nullable: false,
+        filters: FilterOps::EQ_COMPARE,
+        sortable: true,
+    },
+    FieldSpec {
+        name: "updated_at",
+        column: "updated_at",
+        kind: FieldKind::Timestamp,
+        nullable: false,
+        filters: FilterOps::EQ_COMPARE,
+        sortable: true,
+    },
+];
+
+pub const API_KEYS: ListSpec = ListSpec {
+    table: "api_keys",
+    fields: API_KEY_FIELDS,
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// Same fields, echoing unset filters like the embedding-provider list.
+pub const API_KEYS_ECHO: ListSpec = ListSpec {
+    echo_unset_filters: true,
+    ..API_KEYS
+};
+
+/// A list with an integer field (like fragments' `order_id`), default order on it.
+pub const FRAGMENTS: ListSpec = ListSpec {
+    table: "fragments",
+    fields: &[
+        FieldSpec {
+            name: "order_id",
+            column: "order_id",
+            kind: FieldKind::Integer,
+            nullable: false,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "id",
+            column: "fragment_id",
+            kind: FieldKind::Uuid,
+            nullable: false,
+            filters: FilterOps::NONE,
+            sortable: true,
+        },
+    ],
+    echo_unset_filters: false,
+    default_order: &["order_id"],
+};
+
+pub const ID1: &str = "0190a0f1-7f5e-7c3a-9d5b-3a1f2e4d5c6b";
+pub const ID2: &str = "0190a0f1-7f5e-7c3a-9d5b-3a1f2e4d5c6c";
