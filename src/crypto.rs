@@ -64,3 +64,82 @@ mod tests {
         assert!(!verify_key_secret(b, "s", &h));
     }
 }
+
+/// AES-256-GCM encryption of data at rest (fragment text, raw document text, LLM keys,
+/// secret embedding-model parameters). The stored form is `nonce (12 bytes) || ciphertext`.
+pub mod at_rest {
+    use aes_gcm::aead::{Aead, KeyInit};
+    use aes_gcm::{Aes256Gcm, Nonce};
+    use rand::RngCore;
+
+    /// Why stored data could not be read back (another `TROVE_SECRET`, or corruption).
+    #[derive(Debug, thiserror::Error)]
+    #[error("decryption failed")]
+    pub struct DecryptionError;
+
+    /// A cipher built once from `TROVE_SECRET`.
+    #[derive(Clone)]
+    pub struct Cipher(Aes256Gcm);
+
+    impl std::fmt::Debug for Cipher {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Cipher(***)")
+        }
+    }
+
+    impl Cipher {
+        pub fn new(key: &[u8; 32]) -> Self {
+            Self(Aes256Gcm::new(key.into()))
+        }
+
+        /// Encrypts with a fresh random nonce.
+        pub fn encrypt(&self, plaintext: &[u8]) -> Vec<u8> {
+            let mut nonce = [0u8; 12];
+            rand::rng().fill_bytes(&mut nonce);
+            // Encryption only fails for inputs beyond 64 GiB, far above the 2 MB body limit.
+            let ciphertext = self
+                .0
+                .encrypt(Nonce::from_slice(&nonce), plaintext)
+                .unwrap_or_default();
+            let mut out = Vec::with_capacity(12 + ciphertext.len());
+            out.extend_from_slice(&nonce);
+            out.extend_from_slice(&ciphertext);
+            out
+        }
+
+        /// Decrypts what [`Cipher::encrypt`] produced.
+        pub fn decrypt(&self, stored: &[u8]) -> Result<Vec<u8>, DecryptionError> {
+            if stored.len() < 12 {
+                return Err(DecryptionError);
+            }
+            let (nonce, ciphertext) = stored.split_at(12);
+            self.0
+                .decrypt(Nonce::from_slice(nonce), ciphertext)
+                .map_err(|_| DecryptionError)
+        }
+
+        /// Decrypts UTF-8 text.
+        pub fn decrypt_text(&self, stored: &[u8]) -> Result<String, DecryptionError> {
+            String::from_utf8(self.decrypt(stored)?).map_err(|_| DecryptionError)
+        }
+    }
+
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn round_trip_and_wrong_key() {
+            let a = Cipher::new(&[1; 32]);
+            let b = Cipher::new(&[2; 32]);
+            let stored = a.encrypt("secret text".as_bytes());
+            assert!(!stored.windows(6).any(|w| w == b"secret"));
+            assert_eq!(a.decrypt_text(&stored).unwrap(), "secret text");
+            assert!(b.decrypt(&stored).is_err());
+            assert!(a.decrypt(&stored[..5]).is_err());
+            // Fresh nonces: the same text encrypts differently each time.
+            assert_ne!(a.encrypt(b"x"), a.encrypt(b"x"));
+        }
+    }
+}

@@ -10,6 +10,7 @@ pub mod error;
 pub mod http;
 pub mod ingest;
 pub mod metrics;
+pub mod providers;
 pub mod service;
 pub mod startup;
 pub mod store;

@@ -64,7 +64,19 @@ impl Application {
         let queue = Queue::connect(&config.nats_url, config.queue.clone())
             .await
             .map_err(|e| StartError::Nats(e.to_string()))?;
-        spawn_stream_setup(queue.clone());
+        // Create the stream before serving when NATS answers; otherwise keep trying in the
+        // background (requests that need the queue answer `NATS error` meanwhile).
+        match tokio::time::timeout(Duration::from_secs(5), queue.ensure_stream()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "queue stream not ready at start, retrying in the background");
+                spawn_stream_setup(queue.clone());
+            }
+            Err(_) => {
+                tracing::warn!("nats did not answer at start, retrying in the background");
+                spawn_stream_setup(queue.clone());
+            }
+        }
 
         let listener =
             std::net::TcpListener::bind(config.listen).map_err(|source| StartError::Listen {

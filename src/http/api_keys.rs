@@ -12,7 +12,7 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_qu
 use uuid::Uuid;
 
 use super::ApiTags;
-use super::extract::{Auth, JsonBody, PathId, state};
+use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, NoContent};
 use crate::auth::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
@@ -274,7 +274,7 @@ impl ApiKeysApi {
     async fn get(
         &self,
         auth: Auth,
-        api_key_id: PathId,
+        api_key_id: extract::Path,
         req: &Request,
     ) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
         let state = state(req)?;
@@ -292,7 +292,7 @@ impl ApiKeysApi {
     async fn update(
         &self,
         auth: Auth,
-        api_key_id: PathId,
+        api_key_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateApiKeyBody>,
     ) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
@@ -323,7 +323,7 @@ impl ApiKeysApi {
     async fn delete(
         &self,
         auth: Auth,
-        api_key_id: PathId,
+        api_key_id: extract::Path,
         req: &Request,
     ) -> poem::Result<NoContent> {
         let state = state(req)?;
@@ -336,7 +336,7 @@ impl ApiKeysApi {
     async fn list_permissions(
         &self,
         auth: Auth,
-        api_key_id: PathId,
+        api_key_id: extract::Path,
         req: &Request,
     ) -> poem::Result<Json<Vec<PermissionEntryObject>>> {
         let state = state(req)?;
@@ -362,7 +362,7 @@ impl ApiKeysApi {
     async fn change_permissions(
         &self,
         auth: Auth,
-        api_key_id: PathId,
+        api_key_id: extract::Path,
         req: &Request,
         body: JsonBody<Vec<PermissionEntryBody>>,
     ) -> poem::Result<EmptyOk> {
@@ -441,7 +441,7 @@ impl ApiKeysApi {
         &self,
         auth: Auth,
         object_type: poem_openapi::param::Path<String>,
-        object_id: PathId,
+        object_id: extract::Path,
     ) -> poem::Result<Json<u8>> {
         let object_type = ObjectType::parse(&object_type.0)?;
         Ok(Json(auth.0.object_level(object_type, object_id.0).bits()))

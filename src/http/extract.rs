@@ -80,8 +80,33 @@ impl<'a> ApiExtractor<'a> for Auth {
     }
 }
 
-/// A UUID path parameter named after the handler's argument.
+/// A UUID path parameter. Handlers name its type `extract::Path`: poem-openapi registers
+/// routes with positional parameters (`:param0`, …) for argument types named `Path`, and this
+/// alias keeps that numbering consistent with its own `Path<T>`.
 pub struct PathId(pub Uuid);
+
+/// The name handlers use for [`PathId`] (see there).
+pub type Path = PathId;
+
+/// The real names of the matched route's parameters, in order (set by the shell), so that
+/// messages can name `api_key_id` rather than the router's positional `param0`.
+#[derive(Debug, Clone, Default)]
+pub struct RouteParams(pub Vec<String>);
+
+/// The display name of a positional parameter.
+fn param_display_name(request: &Request, positional: &str) -> String {
+    let index = positional
+        .strip_prefix("param")
+        .and_then(|n| n.parse::<usize>().ok());
+    match (index, request.data::<RouteParams>()) {
+        (Some(i), Some(names)) => names
+            .0
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| positional.to_owned()),
+        _ => positional.to_owned(),
+    }
+}
 
 impl<'a> ApiExtractor<'a> for PathId {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::Parameter];
@@ -114,7 +139,7 @@ impl<'a> ApiExtractor<'a> for PathId {
                 status: StatusCode::BAD_REQUEST,
                 message: format!(
                     "Invalid URL: Cannot parse `{}` with value `{value}`: UUID parsing failed: {e}",
-                    opts.name
+                    param_display_name(request, opts.name)
                 ),
             }
             .into()),

@@ -26,6 +26,8 @@ pub struct RouteEntry {
     prefix: bool,
     pub methods: Vec<Method>,
     pub kind: RouteKind,
+    /// Names of the parameters, in path order.
+    pub params: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,12 +61,18 @@ impl RouteTable {
                 }
             })
             .collect();
+        let params = split(template)
+            .into_iter()
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(str::to_owned)
+            .collect();
         self.entries.push(RouteEntry {
             template: template.to_owned(),
             segments,
             prefix,
             methods,
             kind,
+            params,
         });
     }
 

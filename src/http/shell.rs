@@ -129,6 +129,8 @@ impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
         let mut response = match route.kind {
             RouteKind::Api | RouteKind::Statistics => {
                 let id = request_id(&req);
+                let mut req = req;
+                req.set_data(super::extract::RouteParams(route.params.clone()));
                 let mut response = if is_preflight(&req) {
                     preflight(&req, &route.methods)
                 } else {

@@ -70,6 +70,16 @@ impl Queue {
     pub async fn message_count(&self) -> Result<u64, String> {
         let stream = match self.jetstream.get_stream(&self.names.stream).await {
             Ok(stream) => stream,
+            // No stream yet (NATS was down at start): nothing is queued.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    jetstream::context::GetStreamErrorKind::JetStream(inner)
+                        if inner.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+                ) =>
+            {
+                return Ok(0);
+            }
             Err(e) => return Err(e.to_string()),
         };
         let info = stream.get_info().await.map_err(|e| e.to_string())?;

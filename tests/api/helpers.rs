@@ -58,7 +58,9 @@ fn nats_url() -> String {
 
 fn url_with_db(admin: &str, db: &str) -> String {
     // Replace the path (database name) of the admin URL, keeping any query string.
-    let (base, query) = admin.split_once('?').map_or((admin, None), |(b, q)| (b, Some(q)));
+    let (base, query) = admin
+        .split_once('?')
+        .map_or((admin, None), |(b, q)| (b, Some(q)));
     let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
     match query {
         Some(q) => format!("{root}/{db}?{q}"),
@@ -80,38 +82,57 @@ fn template_name() -> String {
 /// Creates (once, under an advisory lock) the migrated template, then a fresh database from it.
 async fn fresh_database() -> String {
     let admin = admin_url();
-    let mut conn = PgConnection::connect(&admin).await.expect("test database server reachable");
-    sqlx::query("SELECT pg_advisory_lock(7243)").execute(&mut conn).await.expect("lock");
-    let template = template_name();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(&template)
-        .fetch_one(&mut conn)
+    let mut conn = PgConnection::connect(&admin)
         .await
-        .expect("check template");
+        .expect("test database server reachable");
+    sqlx::query("SELECT pg_advisory_lock(7243)")
+        .execute(&mut conn)
+        .await
+        .expect("lock");
+    let template = template_name();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&template)
+            .fetch_one(&mut conn)
+            .await
+            .expect("check template");
     if !exists {
         let building = format!("{template}_building");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {building}")))
-            .execute(&mut conn)
-            .await
-            .expect("drop stale template");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {building}"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("drop stale template");
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {building}")))
             .execute(&mut conn)
             .await
             .expect("create template");
-        let pool = PgPool::connect(&url_with_db(&admin, &building)).await.expect("connect template");
-        trove::store::migrations::migrate(&pool).await.expect("migrate template");
-        pool.close().await;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ALTER DATABASE {building} RENAME TO {template}")))
-            .execute(&mut conn)
+        let pool = PgPool::connect(&url_with_db(&admin, &building))
             .await
-            .expect("publish template");
-    }
-    let name = format!("trove_test_{}", Uuid::new_v4().simple());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name} TEMPLATE {template}")))
+            .expect("connect template");
+        trove::store::migrations::migrate(&pool)
+            .await
+            .expect("migrate template");
+        pool.close().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {building} RENAME TO {template}"
+        )))
         .execute(&mut conn)
         .await
-        .expect("create test database");
-    sqlx::query("SELECT pg_advisory_unlock(7243)").execute(&mut conn).await.expect("unlock");
+        .expect("publish template");
+    }
+    let name = format!("trove_test_{}", Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name} TEMPLATE {template}"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("create test database");
+    sqlx::query("SELECT pg_advisory_unlock(7243)")
+        .execute(&mut conn)
+        .await
+        .expect("unlock");
     conn.close().await.ok();
     name
 }
@@ -148,10 +169,19 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         ("TROVE_NATS_URL".to_owned(), nats_url()),
         ("TROVE_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
         ("TROVE_MASTER_KEY_ID".to_owned(), master_id.to_string()),
-        ("TROVE_MASTER_KEY_SECRET".to_owned(), MASTER_SECRET.to_owned()),
-        ("TROVE_SECRET".to_owned(), "dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q=".to_owned()),
+        (
+            "TROVE_MASTER_KEY_SECRET".to_owned(),
+            MASTER_SECRET.to_owned(),
+        ),
+        (
+            "TROVE_SECRET".to_owned(),
+            "dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3Q=".to_owned(),
+        ),
         ("TROVE_WORKER_METRICS_LISTEN".to_owned(), "off".to_owned()),
-        ("TROVE_WORKER".to_owned(), if options.no_worker { "false" } else { "true" }.to_owned()),
+        (
+            "TROVE_WORKER".to_owned(),
+            if options.no_worker { "false" } else { "true" }.to_owned(),
+        ),
     ]);
     if let Ok(dir) = std::env::var("TROVE_MODELS_DIR") {
         env.insert("TROVE_MODELS_DIR".to_owned(), dir);
@@ -165,13 +195,18 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         consumer: format!("test-{tag}"),
     };
     let queue = config.queue.clone();
-    let app = Application::build(config).await.expect("application starts");
+    let app = Application::build(config)
+        .await
+        .expect("application starts");
     let address = format!("http://{}", app.local_addr());
     let pool = app.state().pool.clone();
     tokio::spawn(app.run_until(std::future::pending()));
     TestApp {
         address,
-        client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client"),
+        client: reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client"),
         master_id,
         master_secret: MASTER_SECRET.to_owned(),
         pool,
@@ -189,9 +224,13 @@ impl TestApp {
         key: Option<(&str, &str)>,
         body: Option<&Value>,
     ) -> Reply {
-        let mut request = self.client.request(method, format!("{}{}", self.address, path));
+        let mut request = self
+            .client
+            .request(method, format!("{}{}", self.address, path));
         if let Some((id, secret)) = key {
-            request = request.header("x-api-key", id).header("x-api-key-secret", secret);
+            request = request
+                .header("x-api-key", id)
+                .header("x-api-key-secret", secret);
         }
         if let Some(body) = body {
             request = request.json(body);
@@ -205,7 +244,12 @@ impl TestApp {
         let headers = response.headers().clone();
         let text = response.text().await.expect("body");
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply { status, headers, text, body }
+        Reply {
+            status,
+            headers,
+            text,
+            body,
+        }
     }
 
     /// A request builder with the master key set.
@@ -218,22 +262,36 @@ impl TestApp {
 
     pub async fn get(&self, path: &str) -> Reply {
         let id = self.master_id.to_string();
-        self.send(Method::GET, path, Some((&id, &self.master_secret)), None).await
+        self.send(Method::GET, path, Some((&id, &self.master_secret)), None)
+            .await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Reply {
         let id = self.master_id.to_string();
-        self.send(Method::POST, path, Some((&id, &self.master_secret)), Some(body)).await
+        self.send(
+            Method::POST,
+            path,
+            Some((&id, &self.master_secret)),
+            Some(body),
+        )
+        .await
     }
 
     pub async fn patch(&self, path: &str, body: &Value) -> Reply {
         let id = self.master_id.to_string();
-        self.send(Method::PATCH, path, Some((&id, &self.master_secret)), Some(body)).await
+        self.send(
+            Method::PATCH,
+            path,
+            Some((&id, &self.master_secret)),
+            Some(body),
+        )
+        .await
     }
 
     pub async fn delete(&self, path: &str) -> Reply {
         let id = self.master_id.to_string();
-        self.send(Method::DELETE, path, Some((&id, &self.master_secret)), None).await
+        self.send(Method::DELETE, path, Some((&id, &self.master_secret)), None)
+            .await
     }
 
     /// Creates a key with the master key; returns `(id, secret)`.
@@ -252,7 +310,147 @@ impl TestApp {
     }
 
     /// Sends with another key.
-    pub async fn send_as(&self, key: &(String, String), method: Method, path: &str, body: Option<&Value>) -> Reply {
+    pub async fn send_as(
+        &self,
+        key: &(String, String),
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Reply {
         self.send(method, path, Some((&key.0, &key.1)), body).await
     }
 }
+
+/// Sends a prepared request and turns the response into a [`Reply`].
+pub async fn run(builder: reqwest::RequestBuilder) -> Reply {
+    TestApp::reply(builder.send().await.expect("request sent")).await
+}
+
+impl TestApp {
+    /// A request builder without any key.
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{}", self.address, path))
+    }
+
+    /// A request builder with the given key.
+    pub fn request_as(
+        &self,
+        key: &(String, String),
+        method: Method,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        self.request(method, path)
+            .header("x-api-key", &key.0)
+            .header("x-api-key-secret", &key.1)
+    }
+
+    /// The master key as a `(id, secret)` pair.
+    pub fn master_key(&self) -> (String, String) {
+        (self.master_id.to_string(), self.master_secret.clone())
+    }
+
+    /// Creates a key with the master key from a full create body; returns the 201 body.
+    pub async fn create_key_with(&self, body: Value) -> Value {
+        let reply = self.post("/api-keys", &body).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.body
+    }
+
+    /// Applies permission entries to a key with the master key (expects 200).
+    pub async fn grant(&self, key_id: &str, entries: Value) {
+        let reply = self
+            .post(&format!("/api-keys/{key_id}/permissions"), &entries)
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+}
+
+/// The `(id, secret)` pair of a create response.
+pub fn key_of(created: &Value) -> (String, String) {
+    (
+        created["id"].as_str().expect("id").to_owned(),
+        created["secret"].as_str().expect("secret").to_owned(),
+    )
+}
+
+/// Asserts a JSON error body: status, exact `error.message`, JSON content type.
+pub fn assert_error(reply: &Reply, status: StatusCode, message: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text);
+    assert_eq!(reply.message(), message, "{}", reply.text);
+    assert!(
+        reply
+            .header("content-type")
+            .unwrap_or_default()
+            .starts_with("application/json"),
+        "content type {:?}",
+        reply.header("content-type")
+    );
+}
+
+/// Asserts a plain-text (non-JSON) error: status and a text prefix.
+pub fn assert_plain(reply: &Reply, status: StatusCode, prefix: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text);
+    assert!(
+        reply.text.starts_with(prefix),
+        "expected a body starting {prefix:?}, got {:?}",
+        reply.text
+    );
+    assert!(
+        !reply
+            .header("content-type")
+            .unwrap_or_default()
+            .contains("json"),
+        "plain-text error with content type {:?}",
+        reply.header("content-type")
+    );
+}
+
+/// Asserts an RFC 3339 UTC timestamp ending in `Z`; returns it parsed.
+pub fn assert_utc_timestamp(value: &Value) -> chrono::DateTime<chrono::Utc> {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("timestamp: {value}"));
+    assert!(text.ends_with('Z'), "not UTC with Z: {text}");
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|e| panic!("not RFC 3339: {text}: {e}"))
+        .with_timezone(&chrono::Utc)
+}
+
+/// Whether a string is a UUID.
+pub fn is_uuid(text: &str) -> bool {
+    Uuid::parse_str(text).is_ok()
+}
+
+/// Whether `text` ends with `at line <n> column <m>` (serde's position suffix).
+pub fn ends_with_line_column(text: &str) -> bool {
+    let Some(index) = text.rfind(" at line ") else {
+        return false;
+    };
+    let rest = &text[index + " at line ".len()..];
+    let Some((line, column)) = rest.split_once(" column ") else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(line) && digits(column)
+}
+
+/// The names of the 13 object types, alphabetically.
+pub const OBJECT_TYPES: [&str; 13] = [
+    "agents",
+    "api-keys",
+    "context-messages",
+    "contexts",
+    "documents",
+    "embedding-models",
+    "embedding-providers",
+    "llms",
+    "permissions",
+    "pipelines",
+    "taxonomies",
+    "text-splitter-providers",
+    "text-splitters",
+];
+
+/// The all-zero object id of type entries.
+pub const TYPE_ENTRY: &str = "00000000-0000-0000-0000-000000000000";

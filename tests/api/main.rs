@@ -1,7 +1,13 @@
 //! Integration tests through HTTP against real Postgres and NATS. One binary, one module per
 //! feature.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod helpers;
 
 mod api_keys;
+mod auth;
 mod core;
+mod license;
+mod lists;
+mod statistics_metrics;
