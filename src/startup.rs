@@ -10,8 +10,10 @@ use poem::listener::TcpAcceptor;
 use sqlx::PgPool;
 
 use crate::config::Config;
+use crate::crypto::at_rest::Cipher;
 use crate::ingest::queue::Queue;
 use crate::metrics::ApiMetrics;
+use crate::providers::embedding::EmbedderCache;
 use crate::store;
 
 /// State shared by every request.
@@ -21,6 +23,10 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub metrics: ApiMetrics,
     pub queue: Queue,
+    /// AES-256-GCM for data at rest, keyed by `TROVE_SECRET`.
+    pub cipher: Cipher,
+    /// Embedders of stored models (local models loaded once).
+    pub embedders: EmbedderCache,
 }
 
 /// Why the application could not start.
@@ -60,7 +66,9 @@ impl Application {
     /// Migrates, installs if needed, connects the queue and binds the listener.
     pub async fn build(config: Config) -> Result<Self, StartError> {
         let pool = migrated_pool(&config).await?;
-        store::install::install_if_needed(&pool, config.master_key.as_ref()).await?;
+        let default_embedding = crate::providers::embedding::default_embedding_at_install(&config);
+        store::install::install_if_needed(&pool, config.master_key.as_ref(), default_embedding)
+            .await?;
         let queue = Queue::connect(&config.nats_url, config.queue.clone())
             .await
             .map_err(|e| StartError::Nats(e.to_string()))?;
@@ -98,11 +106,15 @@ impl Application {
             source,
         })?;
 
+        let cipher = Cipher::new(config.secret.expose());
+        let embedders = EmbedderCache::new(&config);
         let state = AppState {
             pool,
             config: Arc::new(config),
             metrics: ApiMetrics::new(),
             queue,
+            cipher,
+            embedders,
         };
         Ok(Self {
             state,

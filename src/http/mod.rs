@@ -3,11 +3,15 @@
 
 pub mod api_keys;
 pub mod core;
+pub mod documents;
+pub mod embedding;
 pub mod extract;
+pub mod pipelines;
 pub mod respond;
 pub mod routes;
 pub mod shell;
 pub mod statistics;
+pub mod text_splitters;
 
 use std::sync::Arc;
 
@@ -26,14 +30,40 @@ pub enum ApiTags {
     Service,
     /// API keys, key check and permissions.
     ApiKeys,
+    /// Embedding providers and embedding models.
+    Embeddings,
+    /// Text splitter providers and text splitters.
+    TextSplitters,
+    /// Pipelines, classifications and metadata indexes.
+    Pipelines,
+    /// Documents, versions and fragments.
+    Documents,
 }
+
+/// Every operation group, in the order of the reference.
+pub type Apis = (
+    core::CoreApi,
+    api_keys::ApiKeysApi,
+    embedding::EmbeddingApi,
+    text_splitters::TextSplittersApi,
+    pipelines::PipelinesApi,
+    documents::DocumentsApi,
+);
 
 /// The release string of the OpenAPI document (`<year>-<month>`).
 pub const API_VERSION: &str = "2026-11";
 
 /// The OpenAPI service of every operation.
-pub fn openapi_service() -> OpenApiService<(core::CoreApi, api_keys::ApiKeysApi), ()> {
-    OpenApiService::new((core::CoreApi, api_keys::ApiKeysApi), "Trove", API_VERSION)
+pub fn openapi_service() -> OpenApiService<Apis, ()> {
+    let apis = (
+        core::CoreApi,
+        api_keys::ApiKeysApi,
+        embedding::EmbeddingApi,
+        text_splitters::TextSplittersApi,
+        pipelines::PipelinesApi,
+        documents::DocumentsApi,
+    );
+    OpenApiService::new(apis, "Trove", API_VERSION)
         .description("Knowledge retrieval and agent service.")
 }
 

@@ -1,3 +1,6 @@
 //! Providers: embedders, splitters and language models behind traits.
 
+pub mod embedding;
 pub mod hash_embedding;
+pub mod local_embedding;
+pub mod openai_embedding;

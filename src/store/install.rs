@@ -1,6 +1,8 @@
 //! Installation: once, at the first `trove serve` on a database, in one transaction.
 
+use serde_json::{Value, json};
 use sqlx::PgPool;
+use uuid::Uuid;
 
 use crate::auth::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::config::MasterKey;
@@ -15,10 +17,20 @@ pub enum InstallError {
     MissingMasterKey,
 }
 
+/// What installation seeds as the `default` embedding model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DefaultEmbedding {
+    /// `local` / `all-MiniLM-L6-v2`, when that model loads from `TROVE_MODELS_DIR`.
+    Local { dimensions: i32 },
+    /// `hash` / `feature-hash` / 384 dimensions otherwise.
+    Hash,
+}
+
 /// Installs if the database has no installation record yet. Returns whether it installed.
 pub async fn install_if_needed(
     pool: &PgPool,
     master: Option<&MasterKey>,
+    default_embedding: DefaultEmbedding,
 ) -> Result<bool, InstallError> {
     let mut tx = pool.begin().await?;
     // Serializes concurrent first starts: the second waits, then sees the record.
@@ -58,11 +70,127 @@ pub async fn install_if_needed(
         .execute(&mut *tx)
         .await?;
     }
+    seed_providers_and_defaults(&mut tx, &default_embedding).await?;
     sqlx::query("INSERT INTO installation (id, master_key_id) VALUES (1, $1)")
         .bind(master.id)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
+    match default_embedding {
+        DefaultEmbedding::Local { .. } => {
+            tracing::info!("installed: default embedding model is local all-MiniLM-L6-v2")
+        }
+        DefaultEmbedding::Hash => tracing::info!(
+            "installed: default embedding model is hash feature-hash (384 dimensions); all-MiniLM-L6-v2 did not load from TROVE_MODELS_DIR"
+        ),
+    }
     tracing::info!(master_key_id = %master.id, "installed: master key created");
     Ok(true)
+}
+
+/// Parameter description of a provider: name → `{type, required, default, secret}`.
+fn parameter(ty: &str, required: bool, default: Value, secret: bool) -> Value {
+    json!({"type": ty, "required": required, "default": default, "secret": secret})
+}
+
+/// Seeds the read-only providers, the three text splitters and the `default` embedding model.
+async fn seed_providers_and_defaults(
+    tx: &mut sqlx::PgConnection,
+    default_embedding: &DefaultEmbedding,
+) -> Result<(), sqlx::Error> {
+    let embedding_providers = [
+        (
+            "local",
+            "Local transformer models from TROVE_MODELS_DIR (mean pooling, L2-normalised)",
+            json!({}),
+        ),
+        (
+            "openai",
+            "Any OpenAI-compatible /v1/embeddings server",
+            json!({
+                "base_url": parameter("string", true, Value::Null, false),
+                "api_key": parameter("string", true, Value::Null, true),
+                "dimensions": parameter("integer", false, Value::Null, false),
+            }),
+        ),
+        (
+            "hash",
+            "Deterministic feature hashing of normalised tokens (air-gapped installs, tests)",
+            json!({"dimensions": parameter("integer", false, json!(384), false)}),
+        ),
+    ];
+    for (name, description, parameters) in embedding_providers {
+        sqlx::query("INSERT INTO embedding_providers (id, name, description, parameters) VALUES ($1, $2, $3, $4)")
+            .bind(Uuid::new_v4())
+            .bind(name)
+            .bind(description)
+            .bind(parameters)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let splitter_providers = [
+        (
+            "recursive-character",
+            "Recursive character splitting (LangChain RecursiveCharacterTextSplitter semantics)",
+            json!({
+                "separators": parameter("array", false, json!(["\n\n", "\n", " ", ""]), false),
+                "chunk_size": parameter("integer", false, json!(1000), false),
+                "chunk_overlap": parameter("integer", false, json!(200), false),
+            }),
+            json!({"separators": ["\n\n", "\n", " ", ""], "chunk_size": 1000, "chunk_overlap": 200}),
+        ),
+        (
+            "character",
+            "Split on one separator, merge up to chunk_size with overlap",
+            json!({
+                "separator": parameter("string", false, json!("\n\n"), false),
+                "chunk_size": parameter("integer", false, json!(1000), false),
+                "chunk_overlap": parameter("integer", false, json!(200), false),
+            }),
+            json!({"separator": "\n\n", "chunk_size": 1000, "chunk_overlap": 200}),
+        ),
+        (
+            "token",
+            "Windows of chunk_size tokens stepping chunk_size - chunk_overlap",
+            json!({
+                "chunk_size": parameter("integer", false, json!(256), false),
+                "chunk_overlap": parameter("integer", false, json!(32), false),
+                "tokenizer": parameter("string", false, json!("whitespace"), false),
+            }),
+            json!({"chunk_size": 256, "chunk_overlap": 32, "tokenizer": "whitespace"}),
+        ),
+    ];
+    for (name, description, parameters, splitter_parameters) in splitter_providers {
+        sqlx::query("INSERT INTO text_splitter_providers (id, name, description, parameters) VALUES ($1, $2, $3, $4)")
+            .bind(Uuid::new_v4())
+            .bind(name)
+            .bind(description)
+            .bind(parameters)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO text_splitters (id, name, description, provider, parameters) VALUES ($1, $2, NULL, $2, $3)")
+            .bind(Uuid::new_v4())
+            .bind(name)
+            .bind(splitter_parameters)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let (provider, model_name, parameters, dimensions) = match default_embedding {
+        DefaultEmbedding::Local { dimensions } => {
+            ("local", "all-MiniLM-L6-v2", json!({}), *dimensions)
+        }
+        DefaultEmbedding::Hash => ("hash", "feature-hash", json!({"dimensions": 384}), 384),
+    };
+    sqlx::query(
+        "INSERT INTO embedding_models (id, name, description, provider, model_name, parameters, dimensions)
+         VALUES ($1, 'default', NULL, $2, $3, $4, $5)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(provider)
+    .bind(model_name)
+    .bind(parameters)
+    .bind(dimensions)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }

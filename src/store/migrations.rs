@@ -16,11 +16,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order. `migrations_are_contiguous` checks this list against the folder.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "api_keys",
-    sql: include_str!("../../migrations/0001_api_keys.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "api_keys",
+        sql: include_str!("../../migrations/0001_api_keys.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "knowledge",
+        sql: include_str!("../../migrations/0002_knowledge.sql"),
+    },
+];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).
 const LOCK_KEY: i64 = 0x7472_6f76_655f_6d67;

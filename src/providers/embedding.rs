@@ -1,0 +1,138 @@
+//! Embedders: the `hash`, `openai` and `local` providers behind one enum.
+//!
+//! An [`Embedder`] is built from a stored embedding model (provider, model name, parameters
+//! with secrets decrypted) and embeds batches of texts. Building one is cheap for `hash` and
+//! `openai`; `local` models are loaded once and shared (see [`EmbedderCache`]).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::hash_embedding::hash_embedding;
+use crate::config::Config;
+use crate::store::install::DefaultEmbedding;
+
+/// The provider of an embedding model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    Local,
+    OpenAi,
+    Hash,
+}
+
+impl ProviderKind {
+    /// Parses a provider name; unknown names are `None` (`Unknown provider type: <provider>`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "local" => Some(Self::Local),
+            "openai" => Some(Self::OpenAi),
+            "hash" => Some(Self::Hash),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::OpenAi => "openai",
+            Self::Hash => "hash",
+        }
+    }
+}
+
+/// What an embedder needs of a stored model.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    pub provider: ProviderKind,
+    pub model_name: String,
+    /// All parameters, secrets decrypted.
+    pub parameters: Value,
+    /// The stored size (after creation); `None` while probing at creation.
+    pub dimensions: Option<usize>,
+}
+
+/// Why embedding failed; the service reports `Internal error` with
+/// `details.error` = `Failed computing embeddings: <reason>` (or the variant's own text).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EmbedFailure {
+    #[error("Failed computing embeddings: {0}")]
+    Compute(String),
+    #[error("Received empty embedding vector")]
+    Empty,
+    #[error("Failed loading embedding model: {0}")]
+    Load(String),
+}
+
+/// A ready embedder.
+#[derive(Clone)]
+pub enum Embedder {
+    Hash {
+        dimensions: usize,
+    },
+    /// Filled in by the OpenAI-compatible provider.
+    OpenAi(Arc<super::openai_embedding::OpenAiEmbedder>),
+    /// Filled in by the local provider.
+    Local(Arc<super::local_embedding::LocalEmbedder>),
+}
+
+impl Embedder {
+    /// Embeds texts, one vector per text, in order.
+    pub async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedFailure> {
+        let vectors = match self {
+            Self::Hash { dimensions } => texts
+                .iter()
+                .map(|t| hash_embedding(t, *dimensions))
+                .collect(),
+            Self::OpenAi(embedder) => embedder.embed(texts).await?,
+            Self::Local(embedder) => embedder.embed(texts).await?,
+        };
+        if vectors.iter().any(|v: &Vec<f32>| v.is_empty()) {
+            return Err(EmbedFailure::Empty);
+        }
+        Ok(vectors)
+    }
+}
+
+/// Builds and keeps embedders (local models are loaded once per process).
+#[derive(Clone, Default)]
+pub struct EmbedderCache {
+    local: super::local_embedding::LocalModels,
+    http: reqwest::Client,
+}
+
+impl EmbedderCache {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            local: super::local_embedding::LocalModels::new(config.models_dir.clone()),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The embedder of a model.
+    pub async fn embedder(&self, spec: &ModelSpec) -> Result<Embedder, EmbedFailure> {
+        match spec.provider {
+            ProviderKind::Hash => {
+                let dimensions = spec
+                    .parameters
+                    .get("dimensions")
+                    .and_then(Value::as_u64)
+                    .and_then(|d| usize::try_from(d).ok())
+                    .unwrap_or(384);
+                Ok(Embedder::Hash { dimensions })
+            }
+            ProviderKind::OpenAi => Ok(Embedder::OpenAi(Arc::new(
+                super::openai_embedding::OpenAiEmbedder::new(self.http.clone(), spec)?,
+            ))),
+            ProviderKind::Local => Ok(Embedder::Local(self.local.get(&spec.model_name).await?)),
+        }
+    }
+}
+
+/// Which `default` embedding model installation seeds: local all-MiniLM-L6-v2 when it loads
+/// from `TROVE_MODELS_DIR`, else the hash embedder.
+pub fn default_embedding_at_install(config: &Config) -> DefaultEmbedding {
+    match super::local_embedding::probe_default(config.models_dir.as_deref()) {
+        Some(dimensions) => DefaultEmbedding::Local { dimensions },
+        None => DefaultEmbedding::Hash,
+    }
+}
