@@ -32,6 +32,18 @@ pub enum ApiError {
     /// 400 `Schema error`.
     #[error("schema error")]
     Schema,
+    /// 400 `Invalid metadata`, `details` maps field to reason.
+    #[error("invalid metadata")]
+    InvalidMetadata(serde_json::Map<String, Value>),
+    /// 400 `Classification mismatch`.
+    #[error("classification mismatch")]
+    ClassificationMismatch,
+    /// 400 `Invalid version`.
+    #[error("invalid version")]
+    InvalidVersion,
+    /// 400 `Vector embedding not found`, `details.embedding_id`.
+    #[error("vector embedding not found")]
+    VectorEmbeddingNotFound(Option<Uuid>),
 
     /// 401 `Unauthorized: No API Key specified.`
     #[error("no api key")]
@@ -92,6 +104,12 @@ pub enum ApiError {
     /// 500 `NATS error`.
     #[error("nats error: {0}")]
     Nats(String),
+    /// 500 `Decryption error`.
+    #[error("decryption error")]
+    Decryption,
+    /// 500 `gRPC error: <status>` reported as `Internal error`.
+    #[error("grpc error: {0}")]
+    Grpc(String),
     /// 500 `Failed to get stream info: <reason>` (statistics).
     #[error("stream info: {0}")]
     StreamInfo(String),
@@ -126,7 +144,11 @@ impl ApiError {
             | Self::Pagination
             | Self::InvalidOrderBy(_)
             | Self::InvalidInterval(_)
-            | Self::Schema => StatusCode::BAD_REQUEST,
+            | Self::Schema
+            | Self::InvalidMetadata(_)
+            | Self::ClassificationMismatch
+            | Self::InvalidVersion
+            | Self::VectorEmbeddingNotFound(_) => StatusCode::BAD_REQUEST,
             Self::NoApiKey | Self::NoApiSecret | Self::InvalidKeyId | Self::InvalidKeyOrSecret => {
                 StatusCode::UNAUTHORIZED
             }
@@ -140,6 +162,8 @@ impl ApiError {
             | Self::Database(_)
             | Self::DatabaseConnection(_)
             | Self::Nats(_)
+            | Self::Decryption
+            | Self::Grpc(_)
             | Self::StreamInfo(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Plain { status, .. } => *status,
         }
@@ -164,6 +188,16 @@ impl ApiError {
                 None,
             ),
             Self::Schema => ("Schema error".to_owned(), None),
+            Self::InvalidMetadata(details) => (
+                "Invalid metadata".to_owned(),
+                Some(Value::Object(details.clone())),
+            ),
+            Self::ClassificationMismatch => ("Classification mismatch".to_owned(), None),
+            Self::InvalidVersion => ("Invalid version".to_owned(), None),
+            Self::VectorEmbeddingNotFound(id) => (
+                "Vector embedding not found".to_owned(),
+                Some(json!({ "embedding_id": id })),
+            ),
             Self::NoApiKey => ("Unauthorized: No API Key specified.".to_owned(), None),
             Self::NoApiSecret => (
                 "Unauthorized: No API Secret Key specified.".to_owned(),
@@ -217,6 +251,11 @@ impl ApiError {
                 (format!("Database connection error: {reason}"), None)
             }
             Self::Nats(_) => ("NATS error".to_owned(), None),
+            Self::Decryption => ("Decryption error".to_owned(), None),
+            Self::Grpc(status) => (
+                "Internal error".to_owned(),
+                Some(json!({ "error": format!("gRPC error: {status}") })),
+            ),
             Self::StreamInfo(reason) => (format!("Failed to get stream info: {reason}"), None),
             Self::Plain { .. } => return None,
         };

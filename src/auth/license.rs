@@ -119,6 +119,10 @@ async fn count_objects(pool: &PgPool, object_type: ObjectType) -> Result<i64, Ap
 fn counted_table(object_type: ObjectType) -> Option<&'static str> {
     match object_type {
         ObjectType::ApiKeys => Some("SELECT count(*) FROM api_keys"),
+        ObjectType::Documents => Some("SELECT count(DISTINCT id) FROM documents"),
+        ObjectType::EmbeddingModels => Some("SELECT count(*) FROM embedding_models"),
+        ObjectType::Pipelines => Some("SELECT count(*) FROM pipelines"),
+        ObjectType::TextSplitters => Some("SELECT count(*) FROM text_splitters"),
         _ => None,
     }
 }

@@ -268,6 +268,16 @@ impl AuthContext {
             .collect()
     }
 
+    /// What a list of this type may show: `None` for every object (read on the type), else
+    /// the ids readable through object entries.
+    pub fn readable_ids(&self, object_type: ObjectType) -> Option<Vec<Uuid>> {
+        if self.type_level(object_type).contains(AccessLevel::READ) {
+            None
+        } else {
+            Some(self.object_ids_with(object_type, AccessLevel::READ))
+        }
+    }
+
     /// The `{access_level, classifications}` object of every type (`POST /login`,
     /// `GET /permissions`).
     pub fn type_permissions_json(&self) -> Value {

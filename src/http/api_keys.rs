@@ -203,19 +203,7 @@ impl ApiKeysApi {
         let state = state(req)?;
         let request =
             parse_list_query(&API_KEY_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let readable = if auth
-            .0
-            .type_level(ObjectType::ApiKeys)
-            .contains(AccessLevel::READ)
-        {
-            None
-        } else {
-            Some(
-                auth.0
-                    .object_ids_with(ObjectType::ApiKeys, AccessLevel::READ),
-            )
-        };
-        let base = store::api_keys::list_base(readable);
+        let base = store::api_keys::list_base(auth.0.readable_ids(ObjectType::ApiKeys));
         let envelope = store::listing::list::<store::api_keys::ApiKeyRow>(
             &state.pool,
             &API_KEY_LIST,

@@ -241,6 +241,18 @@ pub async fn object_exists(
 ) -> Result<bool, sqlx::Error> {
     let sql = match object_type {
         ObjectType::ApiKeys => "SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1)",
+        ObjectType::Documents => "SELECT EXISTS (SELECT 1 FROM documents WHERE id = $1)",
+        ObjectType::EmbeddingModels => {
+            "SELECT EXISTS (SELECT 1 FROM embedding_models WHERE id = $1)"
+        }
+        ObjectType::EmbeddingProviders => {
+            "SELECT EXISTS (SELECT 1 FROM embedding_providers WHERE id = $1)"
+        }
+        ObjectType::Pipelines => "SELECT EXISTS (SELECT 1 FROM pipelines WHERE id = $1)",
+        ObjectType::TextSplitterProviders => {
+            "SELECT EXISTS (SELECT 1 FROM text_splitter_providers WHERE id = $1)"
+        }
+        ObjectType::TextSplitters => "SELECT EXISTS (SELECT 1 FROM text_splitters WHERE id = $1)",
         // Types with no stored objects in this release: nothing exists to name.
         _ => return Ok(false),
     };
