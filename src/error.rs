@@ -308,6 +308,10 @@ impl ResponseError for ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         match &err {
+            // 23001 is `restrict_violation` (ON DELETE RESTRICT), which sqlx does not classify.
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("23001") => {
+                Self::ConflictRelated
+            }
             sqlx::Error::Database(db) => match db.kind() {
                 sqlx::error::ErrorKind::UniqueViolation => Self::ConflictUnique,
                 sqlx::error::ErrorKind::ForeignKeyViolation => Self::ConflictRelated,

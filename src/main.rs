@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use trove::config::Config;
-use trove::startup::{Application, migrated_pool, shutdown_signal};
+use trove::startup::{Application, migrated_pool, run_worker_only, shutdown_signal};
 
 #[derive(Parser)]
 #[command(
@@ -64,7 +64,9 @@ fn main() -> ExitCode {
                 pool.close().await;
                 Ok(())
             }
-            Command::Worker => Err("the worker is not implemented yet".to_owned()),
+            Command::Worker => run_worker_only(config, shutdown_signal())
+                .await
+                .map_err(|e| e.to_string()),
             Command::Sidecar => Err("the sidecar is not implemented yet".to_owned()),
         }
     });

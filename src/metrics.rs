@@ -114,3 +114,82 @@ pub fn render(registry: &Registry) -> String {
     }
     out
 }
+
+/// Metrics of an ingestion worker (served on `TROVE_WORKER_METRICS_LISTEN`).
+#[derive(Clone)]
+pub struct WorkerMetrics {
+    registry: Registry,
+    pub processed: Counter,
+    pub success: Counter,
+    pub skip: Counter,
+    pub failed: Counter,
+    pub processed_latency: prometheus::Gauge,
+    pub text_splitter_latency: prometheus::Gauge,
+    pub embedding_latency: prometheus::Gauge,
+}
+
+impl WorkerMetrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, description: &str| {
+            let opts = Opts::new(name, description).const_label("description", description);
+            let counter =
+                Counter::with_opts(opts).unwrap_or_else(|_| unreachable!("valid metric name"));
+            if let Err(error) = registry.register(Box::new(counter.clone())) {
+                tracing::error!(%error, "metric registration failed");
+            }
+            counter
+        };
+        let gauge = |name: &str, description: &str| {
+            let opts = Opts::new(name, description).const_label("description", description);
+            let gauge = prometheus::Gauge::with_opts(opts)
+                .unwrap_or_else(|_| unreachable!("valid metric name"));
+            if let Err(error) = registry.register(Box::new(gauge.clone())) {
+                tracing::error!(%error, "metric registration failed");
+            }
+            gauge
+        };
+        Self {
+            processed: counter(
+                "service_document_queue_processed",
+                "Documents taken from the queue for processing",
+            ),
+            success: counter(
+                "service_document_queue_success",
+                "Documents stored, or deleted before processing",
+            ),
+            skip: counter(
+                "service_document_queue_skip",
+                "Documents no longer pending, or with empty text",
+            ),
+            failed: counter(
+                "service_document_queue_failed",
+                "Documents whose processing failed",
+            ),
+            processed_latency: gauge(
+                "service_document_queue_processed_latency",
+                "Seconds spent processing document groups",
+            ),
+            text_splitter_latency: gauge(
+                "service_document_queue_text_splitter_latency",
+                "Seconds spent splitting text",
+            ),
+            embedding_latency: gauge(
+                "service_document_queue_embedding_latency",
+                "Seconds spent computing embeddings",
+            ),
+            registry,
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        render(&self.registry)
+    }
+}
+
+impl Default for WorkerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -146,6 +146,43 @@ impl Application {
     }
 }
 
+/// `trove worker`: waits for a current schema, then runs a worker (with its metrics server)
+/// until `shutdown` completes.
+pub async fn run_worker_only(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), StartError> {
+    let pool =
+        store::connect_lazy(config.database_url.expose(), 8).map_err(StartError::DatabaseUrl)?;
+    loop {
+        match store::migrations::is_current(&pool).await {
+            Ok(true) => break,
+            Ok(false) => tracing::info!("waiting for the database schema to be current"),
+            Err(error) => tracing::warn!(%error, "waiting for the database"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let queue = Queue::connect(&config.nats_url, config.queue.clone())
+        .await
+        .map_err(|e| StartError::Nats(e.to_string()))?;
+    let cipher = Cipher::new(config.secret.expose());
+    let embedders = EmbedderCache::new(&config);
+    let state = AppState {
+        pool,
+        config: Arc::new(config),
+        metrics: ApiMetrics::new(),
+        queue,
+        cipher,
+        embedders,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(run_worker(state, stopped));
+    shutdown.await;
+    let _ = stop.send(true);
+    let _ = worker.await;
+    Ok(())
+}
+
 /// Creates the queue's stream, retrying while NATS is unreachable.
 fn spawn_stream_setup(queue: Queue) {
     tokio::spawn(async move {
@@ -190,4 +227,33 @@ pub async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+/// Runs a worker (retrying its set-up while NATS is unreachable) and its metrics server until
+/// `stop` fires.
+pub async fn run_worker(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut delay = Duration::from_millis(500);
+    let worker = loop {
+        match crate::ingest::worker::Worker::from_state(&state).await {
+            Ok(worker) => break worker,
+            Err(error) => {
+                tracing::warn!(%error, "worker cannot start yet, retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    };
+    if let crate::config::MetricsListen::Addr(addr) = state.config.worker_metrics_listen {
+        let metrics = worker.metrics.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Err(error) = crate::ingest::metrics_server::serve(addr, metrics, stop).await {
+                tracing::error!(%error, %addr, "worker metrics server failed");
+            }
+        });
+    }
+    worker.run(stop).await;
 }

@@ -174,9 +174,19 @@ pub struct PermissionEntryObject {
 /// The list envelope (schema only; rows are the resource's objects).
 #[derive(Debug, Object, Serialize)]
 pub struct ListEnvelope {
-    data: Vec<Value>,
-    page_info: Value,
-    query_info: Value,
+    pub data: Vec<Value>,
+    pub page_info: Value,
+    pub query_info: Value,
+}
+
+impl From<crate::store::listing::Envelope> for ListEnvelope {
+    fn from(envelope: crate::store::listing::Envelope) -> Self {
+        Self {
+            data: envelope.data,
+            page_info: Value::Object(envelope.page_info),
+            query_info: Value::Object(envelope.query_info),
+        }
+    }
 }
 
 /// Result of `POST /login`.

@@ -1,10 +1,340 @@
-//! Operations of the `Embeddings` group.
+//! Operations of the `Embeddings` group: `/embedding-providers` (read-only) and
+//! `/embedding-models`.
 
-use poem_openapi::OpenApi;
+use std::collections::BTreeMap;
+
+use poem::Request;
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::{Object, OpenApi};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
 
 use super::ApiTags;
+use super::extract::{self, Auth, JsonBody, state};
+use super::respond::{Created, Json, NoContent};
+use crate::auth::ObjectType;
+use crate::error::ApiError;
+use crate::service::embedding_models::{self as service, ModelChange, NewModel};
+use crate::store;
+use crate::store::embedding::{ModelRow, ProviderRow};
+
+const ID: FieldSpec = FieldSpec {
+    name: "id",
+    column: "id",
+    kind: FieldKind::Uuid,
+    nullable: false,
+    filters: FilterOps::EQ,
+    sortable: true,
+};
+
+const NAME: FieldSpec = FieldSpec {
+    name: "name",
+    column: "name",
+    kind: FieldKind::Text,
+    nullable: false,
+    filters: FilterOps::TEXT_ALL,
+    sortable: true,
+};
+
+const CREATED_AT: FieldSpec = FieldSpec {
+    name: "created_at",
+    column: "created_at",
+    kind: FieldKind::Timestamp,
+    nullable: false,
+    filters: FilterOps::EQ_COMPARE,
+    sortable: true,
+};
+
+const UPDATED_AT: FieldSpec = FieldSpec {
+    name: "updated_at",
+    column: "updated_at",
+    kind: FieldKind::Timestamp,
+    nullable: false,
+    filters: FilterOps::EQ_COMPARE,
+    sortable: true,
+};
+
+/// Fields of the embedding provider list (addendum §4): every filter is echoed in
+/// `query_info`, set or not (interface list rule 9).
+pub const PROVIDER_LIST: ListSpec = ListSpec {
+    table: "embedding_providers",
+    fields: &[ID, NAME, CREATED_AT, UPDATED_AT],
+    echo_unset_filters: true,
+    default_order: &["id"],
+};
+
+/// Fields of the embedding model list (addendum §4).
+pub const MODEL_LIST: ListSpec = ListSpec {
+    table: "embedding_models",
+    fields: &[
+        ID,
+        NAME,
+        FieldSpec {
+            name: "description",
+            column: "description",
+            kind: FieldKind::Text,
+            nullable: true,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "provider",
+            column: "provider",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "model_name",
+            column: "model_name",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: true,
+        },
+        CREATED_AT,
+        UPDATED_AT,
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// A page of embedding providers.
+#[derive(Debug, Object, Serialize)]
+pub struct EmbeddingProviderList {
+    /// Embedding provider objects.
+    data: Vec<Value>,
+    page_info: Value,
+    query_info: Value,
+}
+
+/// A page of embedding models.
+#[derive(Debug, Object, Serialize)]
+pub struct EmbeddingModelList {
+    /// Embedding model objects.
+    data: Vec<Value>,
+    page_info: Value,
+    query_info: Value,
+}
+
+/// Body of `POST /embedding-models`.
+#[derive(Debug, Object, Deserialize)]
+pub struct CreateEmbeddingModelBody {
+    /// Unique, 1–255 characters.
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    /// Provider name: `local`, `openai` or `hash`.
+    provider: String,
+    /// `local`: a FastEmbed model name; `openai`: the remote model; `hash`: a free label.
+    model_name: String,
+    /// Exactly the provider's parameters; secret ones are stored encrypted and never returned.
+    #[serde(default)]
+    parameters: Option<BTreeMap<String, Value>>,
+    /// 1–2000; the probe's size when omitted.
+    #[serde(default)]
+    dimensions: Option<i64>,
+}
+
+/// Body of `PATCH /embedding-models/{embedding_model_id}`.
+#[derive(Debug, Object, Deserialize)]
+pub struct UpdateEmbeddingModelBody {
+    #[serde(default)]
+    name: MaybeUndefined<String>,
+    #[serde(default)]
+    description: MaybeUndefined<String>,
+    /// Replaces every parameter (send secrets again); the model is probed again and must keep
+    /// its size.
+    #[serde(default)]
+    parameters: MaybeUndefined<BTreeMap<String, Value>>,
+}
+
+/// Body of `POST /embedding-models/{embedding_model_id}/query`.
+#[derive(Debug, Object, Deserialize)]
+pub struct EmbeddingQueryBody {
+    text: String,
+}
+
+/// The embedding of a text.
+#[derive(Debug, Object, Serialize)]
+pub struct EmbeddingQueryResult {
+    embedding: Vec<f32>,
+    dimensions: usize,
+}
+
+fn to_map(parameters: BTreeMap<String, Value>) -> Map<String, Value> {
+    parameters.into_iter().collect()
+}
 
 pub struct EmbeddingApi;
 
 #[OpenApi(tag = "ApiTags::Embeddings")]
-impl EmbeddingApi {}
+impl EmbeddingApi {
+    /// List embedding providers
+    ///
+    /// Providers the caller can read. Filters: `id`; `name`, `name$contains`,
+    /// `name$startswith`, `name$gt|ge|lt|le`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
+    /// Every filter appears in `query_info` (null or `[]` when unset).
+    #[oai(path = "/embedding-providers", method = "get")]
+    async fn list_providers(
+        &self,
+        auth: Auth,
+        req: &Request,
+    ) -> poem::Result<Json<EmbeddingProviderList>> {
+        let state = state(req)?;
+        let request =
+            parse_list_query(&PROVIDER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
+        let base = store::embedding::providers_list_base(
+            auth.0.readable_ids(ObjectType::EmbeddingProviders),
+        );
+        let envelope =
+            store::listing::list::<ProviderRow>(&state.pool, &PROVIDER_LIST, &request, base)
+                .await?;
+        Ok(Json(EmbeddingProviderList {
+            data: envelope.data,
+            page_info: Value::Object(envelope.page_info),
+            query_info: Value::Object(envelope.query_info),
+        }))
+    }
+
+    /// Get an embedding provider
+    #[oai(path = "/embedding-providers/:embedding_provider_id", method = "get")]
+    async fn get_provider(
+        &self,
+        auth: Auth,
+        embedding_provider_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<ProviderRow>> {
+        let state = state(req)?;
+        Ok(Json(
+            service::get_provider(&state.pool, &auth.0, embedding_provider_id.0).await?,
+        ))
+    }
+
+    /// List embedding models
+    ///
+    /// Models the caller can read. Filters: `id`; `name`, `name$contains`, `name$startswith`,
+    /// `name$gt|ge|lt|le`; `description`, `description$contains`; `provider`; `model_name`,
+    /// `model_name$contains`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
+    #[oai(path = "/embedding-models", method = "get")]
+    async fn list_models(
+        &self,
+        auth: Auth,
+        req: &Request,
+    ) -> poem::Result<Json<EmbeddingModelList>> {
+        let state = state(req)?;
+        let request =
+            parse_list_query(&MODEL_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
+        let base =
+            store::embedding::models_list_base(auth.0.readable_ids(ObjectType::EmbeddingModels));
+        let envelope =
+            store::listing::list::<ModelRow>(&state.pool, &MODEL_LIST, &request, base).await?;
+        Ok(Json(EmbeddingModelList {
+            data: envelope.data,
+            page_info: Value::Object(envelope.page_info),
+            query_info: Value::Object(envelope.query_info),
+        }))
+    }
+
+    /// Create an embedding model
+    ///
+    /// Needs write on `embedding-models` and on the provider. The service embeds the text
+    /// `Trove` with the new model; the model's `dimensions` is that embedding's size.
+    #[oai(path = "/embedding-models", method = "post")]
+    async fn create_model(
+        &self,
+        auth: Auth,
+        req: &Request,
+        body: JsonBody<CreateEmbeddingModelBody>,
+    ) -> poem::Result<Created<ModelRow>> {
+        let state = state(req)?;
+        let body = body.0;
+        let input = NewModel {
+            name: body.name,
+            description: body.description,
+            provider: body.provider,
+            model_name: body.model_name,
+            parameters: to_map(body.parameters.unwrap_or_default()),
+            dimensions: body.dimensions,
+        };
+        Ok(Created(service::create(state, &auth.0, input).await?))
+    }
+
+    /// Get an embedding model
+    #[oai(path = "/embedding-models/:embedding_model_id", method = "get")]
+    async fn get_model(
+        &self,
+        auth: Auth,
+        embedding_model_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<ModelRow>> {
+        let state = state(req)?;
+        Ok(Json(
+            service::get_readable(&state.pool, &auth.0, embedding_model_id.0).await?,
+        ))
+    }
+
+    /// Update an embedding model
+    ///
+    /// Changes `name`, `description` and `parameters` (replaced whole, secrets sent again,
+    /// probed again; the size must stay). `provider`, `model_name` and `dimensions` are fixed.
+    #[oai(path = "/embedding-models/:embedding_model_id", method = "patch")]
+    async fn update_model(
+        &self,
+        auth: Auth,
+        embedding_model_id: extract::Path,
+        req: &Request,
+        body: JsonBody<UpdateEmbeddingModelBody>,
+    ) -> poem::Result<Json<ModelRow>> {
+        let state = state(req)?;
+        let body = body.0;
+        let change = ModelChange {
+            name: body.name,
+            description: body.description,
+            parameters: match body.parameters {
+                MaybeUndefined::Value(p) => MaybeUndefined::Value(to_map(p)),
+                MaybeUndefined::Null => MaybeUndefined::Null,
+                MaybeUndefined::Undefined => MaybeUndefined::Undefined,
+            },
+        };
+        Ok(Json(
+            service::update(state, &auth.0, embedding_model_id.0, change).await?,
+        ))
+    }
+
+    /// Delete an embedding model
+    ///
+    /// Refused with 409 while a pipeline uses the model.
+    #[oai(path = "/embedding-models/:embedding_model_id", method = "delete")]
+    async fn delete_model(
+        &self,
+        auth: Auth,
+        embedding_model_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<NoContent> {
+        let state = state(req)?;
+        service::delete(&state.pool, &auth.0, embedding_model_id.0).await?;
+        Ok(NoContent)
+    }
+
+    /// Embed a text
+    ///
+    /// Needs read and execute on the model. Returns the embedding vector and its size.
+    #[oai(path = "/embedding-models/:embedding_model_id/query", method = "post")]
+    async fn query_model(
+        &self,
+        auth: Auth,
+        embedding_model_id: extract::Path,
+        req: &Request,
+        body: JsonBody<EmbeddingQueryBody>,
+    ) -> poem::Result<Json<EmbeddingQueryResult>> {
+        let state = state(req)?;
+        let embedding = service::query(state, &auth.0, embedding_model_id.0, body.0.text).await?;
+        Ok(Json(EmbeddingQueryResult {
+            dimensions: embedding.len(),
+            embedding,
+        }))
+    }
+}

@@ -116,3 +116,30 @@ impl ApiResponse for EmptyOk {
 
     fn register(_registry: &mut Registry) {}
 }
+
+/// 200 with a JSON body, or 204 without one (document delete with or without `expire`).
+pub enum OkOrNoContent<T> {
+    Ok(T),
+    NoContent,
+}
+
+impl<T: Serialize + Send> IntoResponse for OkOrNoContent<T> {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ok(value) => json_response(StatusCode::OK, &value),
+            Self::NoContent => NoContent.into_response(),
+        }
+    }
+}
+
+impl<T: Serialize + Type + Send> ApiResponse for OkOrNoContent<T> {
+    fn meta() -> MetaResponses {
+        let mut meta = meta_json::<T>(200, "Expired");
+        meta.responses.extend(meta_empty(204, "Deleted").responses);
+        meta
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+}

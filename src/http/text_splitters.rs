@@ -1,10 +1,288 @@
-//! Operations of the `TextSplitters` group.
+//! Operations of the `TextSplitters` group: `/text-splitter-providers` (read-only) and
+//! `/text-splitters`.
 
-use poem_openapi::OpenApi;
+use std::collections::BTreeMap;
+
+use poem::Request;
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::{Object, OpenApi};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
 
 use super::ApiTags;
+use super::extract::{self, Auth, JsonBody, state};
+use super::respond::{Created, Json, NoContent};
+use crate::auth::ObjectType;
+use crate::error::ApiError;
+use crate::service::text_splitters::{self as service, NewSplitter, SplitterChange};
+use crate::store;
+use crate::store::text_splitters::{ProviderRow, SplitterRow};
+
+const ID: FieldSpec = FieldSpec {
+    name: "id",
+    column: "id",
+    kind: FieldKind::Uuid,
+    nullable: false,
+    filters: FilterOps::EQ,
+    sortable: true,
+};
+
+const NAME: FieldSpec = FieldSpec {
+    name: "name",
+    column: "name",
+    kind: FieldKind::Text,
+    nullable: false,
+    filters: FilterOps::TEXT_ALL,
+    sortable: true,
+};
+
+const CREATED_AT: FieldSpec = FieldSpec {
+    name: "created_at",
+    column: "created_at",
+    kind: FieldKind::Timestamp,
+    nullable: false,
+    filters: FilterOps::EQ_COMPARE,
+    sortable: true,
+};
+
+const UPDATED_AT: FieldSpec = FieldSpec {
+    name: "updated_at",
+    column: "updated_at",
+    kind: FieldKind::Timestamp,
+    nullable: false,
+    filters: FilterOps::EQ_COMPARE,
+    sortable: true,
+};
+
+/// Fields of the text splitter provider list (addendum §4).
+pub const PROVIDER_LIST: ListSpec = ListSpec {
+    table: "text_splitter_providers",
+    fields: &[ID, NAME, CREATED_AT, UPDATED_AT],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// Fields of the text splitter list (addendum §4).
+pub const SPLITTER_LIST: ListSpec = ListSpec {
+    table: "text_splitters",
+    fields: &[
+        ID,
+        NAME,
+        FieldSpec {
+            name: "description",
+            column: "description",
+            kind: FieldKind::Text,
+            nullable: true,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "provider",
+            column: "provider",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: true,
+        },
+        CREATED_AT,
+        UPDATED_AT,
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// Body of `POST /text-splitters`.
+#[derive(Debug, Object, Deserialize)]
+pub struct CreateTextSplitterBody {
+    /// Unique name, 1–255 characters.
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    /// Provider name: `recursive-character`, `character` or `token`.
+    provider: String,
+    /// The provider's parameters; omitted ones take their defaults, unknown keys are ignored.
+    #[serde(default)]
+    parameters: Option<BTreeMap<String, Value>>,
+}
+
+/// Body of `PATCH /text-splitters/{text_splitter_id}`.
+#[derive(Debug, Object, Deserialize)]
+pub struct UpdateTextSplitterBody {
+    #[serde(default)]
+    name: MaybeUndefined<String>,
+    #[serde(default)]
+    description: MaybeUndefined<String>,
+    /// Replaces the parameters whole (defaults filled again); the provider is fixed.
+    #[serde(default)]
+    parameters: MaybeUndefined<BTreeMap<String, Value>>,
+}
+
+/// A list envelope of text splitters or providers (`data` holds the listed objects).
+#[derive(Debug, Object, Serialize)]
+#[oai(rename = "TextSplitterListEnvelope")]
+pub struct ListEnvelope {
+    data: Vec<Value>,
+    page_info: Value,
+    query_info: Value,
+}
+
+impl From<store::listing::Envelope> for ListEnvelope {
+    fn from(envelope: store::listing::Envelope) -> Self {
+        Self {
+            data: envelope.data,
+            page_info: Value::Object(envelope.page_info),
+            query_info: Value::Object(envelope.query_info),
+        }
+    }
+}
+
+fn to_map(parameters: BTreeMap<String, Value>) -> Map<String, Value> {
+    parameters.into_iter().collect()
+}
 
 pub struct TextSplittersApi;
 
 #[OpenApi(tag = "ApiTags::TextSplitters")]
-impl TextSplittersApi {}
+impl TextSplittersApi {
+    /// List text splitter providers
+    ///
+    /// Providers the caller can read. Filters: `id`; `name`, `name$contains`,
+    /// `name$startswith`, `name$gt|ge|lt|le`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
+    /// Cursor or offset pagination, `count`, `order_by` (`id`, `name`, `created_at`,
+    /// `updated_at`).
+    #[oai(path = "/text-splitter-providers", method = "get")]
+    async fn list_providers(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+        let state = state(req)?;
+        let request =
+            parse_list_query(&PROVIDER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
+        let base = store::text_splitters::provider_list_base(
+            auth.0.readable_ids(ObjectType::TextSplitterProviders),
+        );
+        let envelope =
+            store::listing::list::<ProviderRow>(&state.pool, &PROVIDER_LIST, &request, base)
+                .await?;
+        Ok(Json(envelope.into()))
+    }
+
+    /// Get a text splitter provider
+    #[oai(
+        path = "/text-splitter-providers/:text_splitter_provider_id",
+        method = "get"
+    )]
+    async fn get_provider(
+        &self,
+        auth: Auth,
+        text_splitter_provider_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<ProviderRow>> {
+        let state = state(req)?;
+        Ok(Json(
+            service::get_provider_readable(&state.pool, &auth.0, text_splitter_provider_id.0)
+                .await?,
+        ))
+    }
+
+    /// List text splitters
+    ///
+    /// Splitters the caller can read. Filters: `id`; `name`, `name$contains`,
+    /// `name$startswith`, `name$gt|ge|lt|le`; `description`, `description$contains`;
+    /// `provider`; `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset
+    /// pagination, `count`, `order_by` (`id`, `name`, `provider`, `created_at`, `updated_at`).
+    #[oai(path = "/text-splitters", method = "get")]
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+        let state = state(req)?;
+        let request =
+            parse_list_query(&SPLITTER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
+        let base = store::text_splitters::list_base(auth.0.readable_ids(ObjectType::TextSplitters));
+        let envelope =
+            store::listing::list::<SplitterRow>(&state.pool, &SPLITTER_LIST, &request, base)
+                .await?;
+        Ok(Json(envelope.into()))
+    }
+
+    /// Create a text splitter
+    ///
+    /// Needs write on `text-splitters` and on the provider. The response holds the
+    /// parameters with their defaults filled.
+    #[oai(path = "/text-splitters", method = "post")]
+    async fn create(
+        &self,
+        auth: Auth,
+        req: &Request,
+        body: JsonBody<CreateTextSplitterBody>,
+    ) -> poem::Result<Created<SplitterRow>> {
+        let state = state(req)?;
+        let body = body.0;
+        let input = NewSplitter {
+            name: body.name,
+            description: body.description,
+            provider: body.provider,
+            parameters: body.parameters.map(to_map),
+        };
+        Ok(Created(
+            service::create(&state.pool, &state.config.license, &auth.0, input).await?,
+        ))
+    }
+
+    /// Get a text splitter
+    #[oai(path = "/text-splitters/:text_splitter_id", method = "get")]
+    async fn get(
+        &self,
+        auth: Auth,
+        text_splitter_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<SplitterRow>> {
+        let state = state(req)?;
+        Ok(Json(
+            service::get_readable(&state.pool, &auth.0, text_splitter_id.0).await?,
+        ))
+    }
+
+    /// Update a text splitter
+    ///
+    /// Changes `name`, `description` and `parameters` (replaced whole and validated against
+    /// the splitter's provider, which is fixed). Applies to jobs processed afterwards.
+    #[oai(path = "/text-splitters/:text_splitter_id", method = "patch")]
+    async fn update(
+        &self,
+        auth: Auth,
+        text_splitter_id: extract::Path,
+        req: &Request,
+        body: JsonBody<UpdateTextSplitterBody>,
+    ) -> poem::Result<Json<SplitterRow>> {
+        let state = state(req)?;
+        let body = body.0;
+        let change = SplitterChange {
+            name: body.name,
+            description: body.description,
+            parameters: body.parameters.map_value(to_map),
+        };
+        Ok(Json(
+            service::update(
+                &state.pool,
+                &state.config.license,
+                &auth.0,
+                text_splitter_id.0,
+                change,
+            )
+            .await?,
+        ))
+    }
+
+    /// Delete a text splitter
+    ///
+    /// Refused (409) while a pipeline's default or a pending document version's override
+    /// uses it. Permission entries on it are removed.
+    #[oai(path = "/text-splitters/:text_splitter_id", method = "delete")]
+    async fn delete(
+        &self,
+        auth: Auth,
+        text_splitter_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<NoContent> {
+        let state = state(req)?;
+        service::delete(&state.pool, &auth.0, text_splitter_id.0).await?;
+        Ok(NoContent)
+    }
+}

@@ -86,3 +86,30 @@ impl Queue {
         Ok(info.state.messages)
     }
 }
+
+/// A document processing job: which version to process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Job {
+    pub pipeline_id: uuid::Uuid,
+    pub document_id: uuid::Uuid,
+    pub version: i64,
+}
+
+impl Queue {
+    /// Publishes a job and waits for JetStream to store it.
+    pub async fn publish(&self, job: &Job) -> Result<(), String> {
+        let subject = format!("{}.{}", self.names.subject_prefix, job.pipeline_id);
+        let payload = serde_json::to_vec(job).map_err(|e| e.to_string())?;
+        let ack = self
+            .jetstream
+            .publish(subject, payload.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        ack.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The JetStream context (the worker's consumer).
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.jetstream
+    }
+}

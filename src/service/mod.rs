@@ -1,6 +1,12 @@
 //! Transport-free logic per resource; HTTP, MCP and the worker call these functions.
 
 pub mod api_keys;
+pub mod classifications;
+pub mod documents;
+pub mod embedding_models;
+pub mod metadata_schema;
+pub mod pipelines;
+pub mod text_splitters;
 
 /// Validates a `name` field: 1–255 characters.
 pub fn validate_name(name: &str) -> Result<(), crate::error::ApiError> {

@@ -30,16 +30,34 @@ pub async fn list<T>(
 where
     T: for<'r> sqlx::FromRow<'r, PgRow> + Serialize + Send + Unpin,
 {
+    list_mapped(pool, spec, request, base, |row: T| {
+        serde_json::to_value(row).map_err(|e| ApiError::Internal(e.to_string()))
+    })
+    .await
+}
+
+/// Like [`list`], with the rows turned into API objects by `to_object` (for rows that need
+/// decryption or other work before they can be shown).
+pub async fn list_mapped<T, F>(
+    pool: &PgPool,
+    spec: &ListSpec,
+    request: &ListRequest,
+    base: SelectStatement,
+    to_object: F,
+) -> ApiResult<Envelope>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+    F: Fn(T) -> ApiResult<Value>,
+{
     let (sql, values) =
         build_page_query(spec, request, base.clone()).build_sqlx(PostgresQueryBuilder);
     let rows: Vec<T> = sqlx::query_as_with(AssertSqlSafe(sql), values)
         .fetch_all(pool)
         .await?;
     let rows = rows
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .into_iter()
+        .map(to_object)
+        .collect::<ApiResult<Vec<_>>>()?;
     let page = finish_page(spec, request, rows);
     let mut page_info = page.page_info;
     if request.count {

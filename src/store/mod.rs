@@ -2,9 +2,15 @@
 //! parameters or sea-query statements built by `trove-query`.
 
 pub mod api_keys;
+pub mod documents;
+pub mod embedding;
+pub mod indexes;
 pub mod install;
 pub mod listing;
 pub mod migrations;
+pub mod pipelines;
+pub mod text_splitters;
+pub mod vectors;
 
 use std::time::Duration;
 

@@ -25,6 +25,8 @@ pub struct TestApp {
     pub pool: PgPool,
     pub database: String,
     pub queue: QueueNames,
+    /// The application's shared state (to drive a worker step by step).
+    pub state: trove::startup::AppState,
 }
 
 /// A response: status, headers and body (JSON when it parses, else a string).
@@ -200,6 +202,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         .expect("application starts");
     let address = format!("http://{}", app.local_addr());
     let pool = app.state().pool.clone();
+    let state = app.state().clone();
     tokio::spawn(app.run_until(std::future::pending()));
     TestApp {
         address,
@@ -212,6 +215,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         pool,
         database,
         queue,
+        state,
     }
 }
 
@@ -454,3 +458,23 @@ pub const OBJECT_TYPES: [&str; 13] = [
 
 /// The all-zero object id of type entries.
 pub const TYPE_ENTRY: &str = "00000000-0000-0000-0000-000000000000";
+
+impl TestApp {
+    /// Creates a `hash` embedding model of `dimensions` with the master key; returns the 201
+    /// body.
+    pub async fn create_hash_model(&self, name: &str, dimensions: u32) -> Value {
+        let reply = self
+            .post(
+                "/embedding-models",
+                &serde_json::json!({
+                    "name": name,
+                    "provider": "hash",
+                    "model_name": "feature-hash",
+                    "parameters": {"dimensions": dimensions},
+                }),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.body
+    }
+}

@@ -1,0 +1,600 @@
+//! The ingestion worker: pulls up to 100 jobs, groups them by pipeline, splits and embeds each
+//! group, and stores its fragments and vectors in one transaction; then acknowledges.
+//!
+//! A failure of a step that covers the whole group (license, pipeline lookup, splitting,
+//! embedding, the transaction) returns every job of the group with a 10-second delay.
+//! Processing is idempotent: a version is processed only while it is `pending`, checked under a
+//! row lock inside the storing transaction, so a job delivered twice never duplicates fragments.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use async_nats::jetstream::{AckKind, Message};
+use futures_util::StreamExt;
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::queue::{Job, Queue};
+use crate::auth::license::License;
+use crate::crypto::at_rest::Cipher;
+use crate::metrics::WorkerMetrics;
+use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind};
+use crate::store::vectors;
+
+/// Jobs fetched at most per batch (interface: up to 100).
+pub const BATCH_SIZE: usize = 100;
+/// Delay before a failed job is delivered again (interface: 10 seconds).
+pub const REDELIVERY_DELAY: Duration = Duration::from_secs(10);
+/// How long a delivered job may stay unacknowledged before JetStream delivers it again.
+pub const ACK_WAIT: Duration = Duration::from_secs(300);
+
+/// What one step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// Jobs received.
+    pub jobs: usize,
+    /// Versions stored (`success`), including deleted ones acknowledged.
+    pub stored: usize,
+    /// Jobs skipped (not pending, empty text).
+    pub skipped: usize,
+    /// Jobs returned to the queue.
+    pub failed: usize,
+}
+
+/// Everything a worker needs.
+#[derive(Clone)]
+pub struct Worker {
+    pool: PgPool,
+    consumer: PullConsumer,
+    cipher: Cipher,
+    embedders: EmbedderCache,
+    license: Arc<License>,
+    pub metrics: WorkerMetrics,
+}
+
+/// One received job with its message.
+struct Delivery {
+    job: Job,
+    message: Message,
+}
+
+/// A version ready to store.
+struct Prepared {
+    job: Job,
+    expired_at: Option<chrono::DateTime<chrono::Utc>>,
+    classification: String,
+    metadata: Value,
+    fragments: Vec<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct PendingVersion {
+    status: String,
+    classification: String,
+    metadata: Value,
+    text_splitter_id: Option<Uuid>,
+    expired_at: Option<chrono::DateTime<chrono::Utc>>,
+    text: Option<Vec<u8>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct PipelineForWork {
+    default_text_splitter_id: Uuid,
+    has_full_text_search: bool,
+    ve_id: Option<Uuid>,
+    provider: Option<String>,
+    model_name: Option<String>,
+    parameters: Option<Value>,
+    secret_parameters: Option<Vec<u8>>,
+    dimensions: Option<i32>,
+}
+
+/// Why a whole group failed.
+#[derive(Debug, thiserror::Error)]
+enum GroupError {
+    #[error("license: {0}")]
+    License(String),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("splitting: {0}")]
+    Split(String),
+    #[error("embedding: {0}")]
+    Embed(String),
+}
+
+impl Worker {
+    /// Creates (or binds to) the durable consumer.
+    pub async fn new(
+        pool: PgPool,
+        queue: &Queue,
+        cipher: Cipher,
+        embedders: EmbedderCache,
+        license: Arc<License>,
+    ) -> Result<Self, String> {
+        queue.ensure_stream().await?;
+        let names = queue.names();
+        let stream = queue
+            .jetstream()
+            .get_stream(&names.stream)
+            .await
+            .map_err(|e| e.to_string())?;
+        let consumer: PullConsumer = stream
+            .get_or_create_consumer(
+                &names.consumer,
+                pull::Config {
+                    durable_name: Some(names.consumer.clone()),
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    max_deliver: -1,
+                    filter_subject: format!("{}.>", names.subject_prefix),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            pool,
+            consumer,
+            cipher,
+            embedders,
+            license,
+            metrics: WorkerMetrics::new(),
+        })
+    }
+
+    /// A worker over the application's pool, queue, cipher, embedders and license.
+    pub async fn from_state(state: &crate::startup::AppState) -> Result<Self, String> {
+        Self::new(
+            state.pool.clone(),
+            &state.queue,
+            state.cipher.clone(),
+            state.embedders.clone(),
+            Arc::new(state.config.license.clone()),
+        )
+        .await
+    }
+
+    /// Fetches what is available now (up to 100 jobs, waiting at most `wait`) and processes it.
+    pub async fn step(&self, wait: Duration) -> Result<StepOutcome, String> {
+        let mut messages = self
+            .consumer
+            .batch()
+            .max_messages(BATCH_SIZE)
+            .expires(wait.max(Duration::from_millis(100)))
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut groups: BTreeMap<Uuid, Vec<Delivery>> = BTreeMap::new();
+        let mut outcome = StepOutcome::default();
+        while let Some(message) = messages.next().await {
+            let message = match message {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::warn!(%error, "queue fetch error");
+                    break;
+                }
+            };
+            outcome.jobs += 1;
+            match serde_json::from_slice::<Job>(&message.payload) {
+                Ok(job) => groups
+                    .entry(job.pipeline_id)
+                    .or_default()
+                    .push(Delivery { job, message }),
+                Err(error) => {
+                    // A message that is not a job can never succeed: drop it.
+                    tracing::warn!(%error, "malformed job acknowledged");
+                    ack(&message).await;
+                }
+            }
+        }
+        for (pipeline_id, deliveries) in groups {
+            let group = self.process_group(pipeline_id, deliveries).await;
+            outcome.stored += group.stored;
+            outcome.skipped += group.skipped;
+            outcome.failed += group.failed;
+        }
+        Ok(outcome)
+    }
+
+    /// Processes one pipeline's jobs.
+    async fn process_group(&self, pipeline_id: Uuid, deliveries: Vec<Delivery>) -> StepOutcome {
+        let started = Instant::now();
+        let size = deliveries.len();
+        self.metrics.processed.inc_by(size as f64);
+        let result = self.try_group(pipeline_id, &deliveries).await;
+        self.metrics
+            .processed_latency
+            .add(started.elapsed().as_secs_f64());
+        match result {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                tracing::warn!(%error, %pipeline_id, jobs = size, "document group failed; jobs return in 10 s");
+                self.metrics.failed.inc_by(size as f64);
+                for delivery in &deliveries {
+                    nak(&delivery.message).await;
+                }
+                StepOutcome {
+                    jobs: size,
+                    failed: size,
+                    ..StepOutcome::default()
+                }
+            }
+        }
+    }
+
+    async fn try_group(
+        &self,
+        pipeline_id: Uuid,
+        deliveries: &[Delivery],
+    ) -> Result<StepOutcome, GroupError> {
+        let mut outcome = StepOutcome {
+            jobs: deliveries.len(),
+            ..StepOutcome::default()
+        };
+        self.license
+            .check(&self.pool, None)
+            .await
+            .map_err(|e| GroupError::License(e.to_string()))?;
+        let pipeline: Option<PipelineForWork> = sqlx::query_as(
+            "SELECT p.default_text_splitter_id, p.has_full_text_search, ve.id AS ve_id, em.provider, em.model_name,
+                    em.parameters, em.secret_parameters, em.dimensions
+             FROM pipelines p
+             LEFT JOIN vector_embeddings ve ON ve.pipeline_id = p.id
+             LEFT JOIN embedding_models em ON em.id = ve.embedding_model_id
+             WHERE p.id = $1",
+        )
+        .bind(pipeline_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(pipeline) = pipeline else {
+            // The pipeline was deleted: its documents are gone, so their jobs are done.
+            for delivery in deliveries {
+                ack(&delivery.message).await;
+            }
+            self.metrics.success.inc_by(deliveries.len() as f64);
+            outcome.stored = deliveries.len();
+            return Ok(outcome);
+        };
+
+        // Read each version; decide skip / deleted / to process.
+        let split_started = Instant::now();
+        let mut prepared = Vec::new();
+        let mut finished = Vec::new();
+        let mut splitters: BTreeMap<Uuid, trove_text::SplitterConfig> = BTreeMap::new();
+        for delivery in deliveries {
+            let job = delivery.job;
+            let version: Option<PendingVersion> = sqlx::query_as(
+                "SELECT d.status, d.classification, d.metadata, d.text_splitter_id, d.expired_at, t.text
+                 FROM documents d LEFT JOIN document_texts t ON t.document_id = d.id AND t.version = d.version
+                 WHERE d.id = $1 AND d.version = $2",
+            )
+            .bind(job.document_id)
+            .bind(job.version)
+            .fetch_optional(&self.pool)
+            .await?;
+            let Some(version) = version else {
+                // Deleted before processing.
+                self.metrics.success.inc();
+                outcome.stored += 1;
+                finished.push(&delivery.message);
+                continue;
+            };
+            if version.status != "pending" {
+                self.metrics.skip.inc();
+                outcome.skipped += 1;
+                finished.push(&delivery.message);
+                continue;
+            }
+            let text = match version.text.as_deref().map(|t| self.cipher.decrypt_text(t)) {
+                Some(Ok(text)) => text,
+                Some(Err(_)) | None => {
+                    // Unreadable (another TROVE_SECRET) or already dropped: this version cannot
+                    // be processed now; leave it to redelivery and the 24-hour sweep.
+                    self.metrics.failed.inc();
+                    outcome.failed += 1;
+                    nak(&delivery.message).await;
+                    continue;
+                }
+            };
+            let splitter_id = version
+                .text_splitter_id
+                .unwrap_or(pipeline.default_text_splitter_id);
+            if !splitters.contains_key(&splitter_id) {
+                splitters.insert(splitter_id, load_splitter(&self.pool, splitter_id).await?);
+            }
+            let fragments = match splitters.get(&splitter_id) {
+                Some(config) => trove_text::split(config, &text),
+                None => Vec::new(),
+            };
+            prepared.push(Prepared {
+                job,
+                expired_at: version.expired_at,
+                classification: version.classification,
+                metadata: version.metadata,
+                fragments,
+            });
+        }
+        self.metrics
+            .text_splitter_latency
+            .add(split_started.elapsed().as_secs_f64());
+
+        // Embed every fragment of the group at once.
+        let embed_started = Instant::now();
+        let texts: Vec<String> = prepared
+            .iter()
+            .flat_map(|p| p.fragments.iter().cloned())
+            .collect();
+        let vectors = match (&pipeline.ve_id, &pipeline.provider) {
+            (Some(_), Some(provider)) if !texts.is_empty() => {
+                let spec = self.model_spec(&pipeline, provider)?;
+                let embedder = self
+                    .embedders
+                    .embedder(&spec)
+                    .await
+                    .map_err(|e| GroupError::Embed(e.to_string()))?;
+                embedder
+                    .embed(&texts)
+                    .await
+                    .map_err(|e| GroupError::Embed(e.to_string()))?
+            }
+            _ => Vec::new(),
+        };
+        self.metrics
+            .embedding_latency
+            .add(embed_started.elapsed().as_secs_f64());
+
+        // Store everything in one transaction.
+        let stored = self.store(&pipeline, &prepared, &vectors).await?;
+        for delivery in deliveries {
+            if finished.iter().any(|m| std::ptr::eq(*m, &delivery.message))
+                || prepared.iter().any(|p| p.job == delivery.job)
+            {
+                ack(&delivery.message).await;
+            }
+        }
+        for (p, was_stored) in prepared.iter().zip(&stored) {
+            if !was_stored {
+                self.metrics.skip.inc();
+                outcome.skipped += 1;
+            } else if p.fragments.is_empty() {
+                // Empty text: success, counted as skipped.
+                self.metrics.skip.inc();
+                outcome.skipped += 1;
+            } else {
+                self.metrics.success.inc();
+                outcome.stored += 1;
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn model_spec(
+        &self,
+        pipeline: &PipelineForWork,
+        provider: &str,
+    ) -> Result<ModelSpec, GroupError> {
+        let provider = ProviderKind::parse(provider)
+            .ok_or_else(|| GroupError::Embed(format!("unknown provider {provider}")))?;
+        let mut parameters = pipeline
+            .parameters
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        if let Some(secret) = &pipeline.secret_parameters {
+            let plain = self
+                .cipher
+                .decrypt(secret)
+                .map_err(|_| GroupError::Embed("Decryption error".to_owned()))?;
+            let secrets: serde_json::Map<String, Value> =
+                serde_json::from_slice(&plain).map_err(|e| GroupError::Embed(e.to_string()))?;
+            if let Some(object) = parameters.as_object_mut() {
+                object.extend(secrets);
+            }
+        }
+        Ok(ModelSpec {
+            provider,
+            model_name: pipeline.model_name.clone().unwrap_or_default(),
+            parameters,
+            dimensions: pipeline.dimensions.and_then(|d| usize::try_from(d).ok()),
+        })
+    }
+
+    /// Stores the group's versions; returns, per version, whether it was stored (it may have
+    /// stopped being pending meanwhile).
+    async fn store(
+        &self,
+        pipeline: &PipelineForWork,
+        prepared: &[Prepared],
+        vectors: &[Vec<f32>],
+    ) -> Result<Vec<bool>, GroupError> {
+        let mut tx = self.pool.begin().await?;
+        let mut stored = Vec::with_capacity(prepared.len());
+        let mut offset = 0;
+        for p in prepared {
+            let count = p.fragments.len();
+            let fragment_vectors = vectors.get(offset..offset + count).unwrap_or_default();
+            offset += count;
+            let status: Option<String> = sqlx::query_scalar(
+                "SELECT status FROM documents WHERE id = $1 AND version = $2 FOR UPDATE",
+            )
+            .bind(p.job.document_id)
+            .bind(p.job.version)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if status.as_deref() != Some("pending") {
+                stored.push(false);
+                continue;
+            }
+            if count > 0 {
+                let ids: Vec<Uuid> = (0..count).map(|_| Uuid::now_v7()).collect();
+                let order_ids: Vec<i32> = (0..count)
+                    .map(|i| i32::try_from(i).unwrap_or(i32::MAX))
+                    .collect();
+                let contents: Vec<Vec<u8>> = p
+                    .fragments
+                    .iter()
+                    .map(|f| self.cipher.encrypt(f.as_bytes()))
+                    .collect();
+                let (texts, configs): (Vec<Option<&str>>, Vec<&str>) =
+                    if pipeline.has_full_text_search {
+                        p.fragments
+                            .iter()
+                            .map(|f| (Some(f.as_str()), trove_text::text_search_config(f)))
+                            .unzip()
+                    } else {
+                        p.fragments.iter().map(|_| (None, "simple")).unzip()
+                    };
+                sqlx::query(
+                    "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
+                                            content, expired_at, tsv)
+                     SELECT u.id, $2, $3, $4, u.order_id, $5, $6, u.content, $7,
+                            CASE WHEN u.txt IS NULL THEN NULL ELSE to_tsvector(u.cfg::regconfig, u.txt) END
+                     FROM unnest($1::uuid[], $8::int[], $9::bytea[], $10::text[], $11::text[])
+                          AS u (id, order_id, content, txt, cfg)",
+                )
+                .bind(&ids)
+                .bind(p.job.pipeline_id)
+                .bind(p.job.document_id)
+                .bind(p.job.version)
+                .bind(&p.classification)
+                .bind(&p.metadata)
+                .bind(p.expired_at)
+                .bind(&order_ids)
+                .bind(&contents)
+                .bind(&texts)
+                .bind(&configs)
+                .execute(&mut *tx)
+                .await?;
+                if let (Some(ve), Some(dimensions)) = (pipeline.ve_id, pipeline.dimensions)
+                    && !fragment_vectors.is_empty()
+                {
+                    let flat: Vec<f32> = fragment_vectors.iter().flatten().copied().collect();
+                    vectors::insert(&mut tx, ve, dimensions, &ids, &flat).await?;
+                }
+            }
+            sqlx::query("UPDATE documents SET status = 'success', updated_at = now() WHERE id = $1 AND version = $2")
+                .bind(p.job.document_id)
+                .bind(p.job.version)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM document_texts WHERE document_id = $1 AND version = $2")
+                .bind(p.job.document_id)
+                .bind(p.job.version)
+                .execute(&mut *tx)
+                .await?;
+            let expire_older: bool = sqlx::query_scalar(
+                "SELECT expire_older_versions FROM documents WHERE id = $1 AND version = $2",
+            )
+            .bind(p.job.document_id)
+            .bind(p.job.version)
+            .fetch_one(&mut *tx)
+            .await?;
+            if expire_older {
+                sqlx::query(
+                    "UPDATE documents SET expired_at = now(), updated_at = now()
+                     WHERE id = $1 AND version < $2 AND expired_at IS NULL",
+                )
+                .bind(p.job.document_id)
+                .bind(p.job.version)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("UPDATE fragments SET expired_at = now() WHERE document_id = $1 AND version < $2 AND expired_at IS NULL")
+                    .bind(p.job.document_id)
+                    .bind(p.job.version)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            stored.push(true);
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    /// Runs until `shutdown` fires; the current batch is finished first.
+    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        tracing::info!("worker started");
+        let sweeper = tokio::spawn(sweep_loop(self.pool.clone(), shutdown.clone()));
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            tokio::select! {
+                result = self.step(Duration::from_secs(1)) => {
+                    if let Err(error) = result {
+                        tracing::warn!(%error, "worker step failed");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+                _ = shutdown.changed() => {}
+            }
+        }
+        sweeper.abort();
+        tracing::info!("worker stopped");
+    }
+}
+
+async fn ack(message: &Message) {
+    if let Err(error) = message.ack().await {
+        tracing::warn!(%error, "ack failed; the job will be delivered again");
+    }
+}
+
+async fn nak(message: &Message) {
+    if let Err(error) = message.ack_with(AckKind::Nak(Some(REDELIVERY_DELAY))).await {
+        tracing::warn!(%error, "nak failed; the job returns after the ack wait");
+    }
+}
+
+async fn load_splitter(pool: &PgPool, id: Uuid) -> Result<trove_text::SplitterConfig, GroupError> {
+    let row: Option<(String, Value)> =
+        sqlx::query_as("SELECT provider, parameters FROM text_splitters WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    let (provider, parameters) =
+        row.ok_or_else(|| GroupError::Split(format!("text splitter {id} not found")))?;
+    trove_text::SplitterConfig::from_parameters(&provider, &parameters)
+        .map_err(|e| GroupError::Split(e.to_string()))
+}
+
+/// Versions still `pending` this long after submission become `failed`.
+pub const PENDING_LIMIT_HOURS: i64 = 24;
+
+/// Marks versions pending for more than 24 hours `failed` and drops their raw text.
+pub async fn sweep(pool: &PgPool) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let failed: Vec<(Uuid, i64)> = sqlx::query_as(
+        "UPDATE documents SET status = 'failed', updated_at = now()
+         WHERE status = 'pending' AND created_at < now() - make_interval(hours => $1::int)
+         RETURNING id, version",
+    )
+    .bind(i32::try_from(PENDING_LIMIT_HOURS).unwrap_or(24))
+    .fetch_all(&mut *tx)
+    .await?;
+    let (ids, versions): (Vec<Uuid>, Vec<i64>) = failed.iter().copied().unzip();
+    sqlx::query("DELETE FROM document_texts t USING unnest($1::uuid[], $2::bigint[]) AS f (id, version) WHERE t.document_id = f.id AND t.version = f.version")
+        .bind(&ids)
+        .bind(&versions)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(failed.len() as u64)
+}
+
+async fn sweep_loop(pool: PgPool, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {
+                match sweep(&pool).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(versions = n, "pending versions older than 24 hours marked failed"),
+                    Err(error) => tracing::warn!(%error, "sweep failed"),
+                }
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}

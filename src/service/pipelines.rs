@@ -1,0 +1,273 @@
+//! Pipelines: creation with their embedding model association and vector storage,
+//! classifications, changes, deletion and metadata indexes.
+
+use poem_openapi::types::MaybeUndefined;
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{classifications, metadata_schema, validate_name};
+use crate::auth::license::License;
+use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::error::{ApiError, ApiResult};
+use crate::store::indexes::{self, IndexRow};
+use crate::store::pipelines::{self as store, NewPipeline, PipelineRow};
+use crate::store::vectors;
+
+/// `Pipeline not found` with the id.
+pub fn not_found(id: Uuid) -> ApiError {
+    ApiError::NotFound {
+        message: "Pipeline not found",
+        id: Some(id),
+    }
+}
+
+/// Reads a pipeline on which the key holds every bit of `needed`; lacking any bit is
+/// reported as "not found", as for a missing pipeline.
+pub async fn require(
+    pool: &PgPool,
+    auth: &AuthContext,
+    id: Uuid,
+    needed: AccessLevel,
+) -> ApiResult<PipelineRow> {
+    if !auth
+        .object_level(ObjectType::Pipelines, id)
+        .contains(needed)
+    {
+        return Err(not_found(id));
+    }
+    store::get(pool, id).await?.ok_or_else(|| not_found(id))
+}
+
+/// Input of `POST /pipelines`.
+pub struct NewPipelineInput {
+    pub name: String,
+    pub description: Option<String>,
+    pub embedding_model_id: Option<Uuid>,
+    pub default_text_splitter_id: Uuid,
+    pub has_full_text_search: bool,
+    pub classifications: Vec<String>,
+    pub hierarchy: Vec<(String, String)>,
+    pub metadata_schema: Option<Value>,
+}
+
+/// Requires read on a text splitter that exists (`Text Splitter not found` otherwise).
+async fn require_text_splitter(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+    if !auth.can_read(ObjectType::TextSplitters, id)
+        || !store::text_splitter_exists(pool, id).await?
+    {
+        return Err(ApiError::NotFound {
+            message: "Text Splitter not found",
+            id: Some(id),
+        });
+    }
+    Ok(())
+}
+
+/// Creates a pipeline, its classifications, its association and its vector table.
+pub async fn create(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    input: NewPipelineInput,
+) -> ApiResult<PipelineRow> {
+    auth.require_type(ObjectType::Pipelines, AccessLevel::WRITE)?;
+    let model_dimensions = match input.embedding_model_id {
+        Some(model_id) => {
+            let dimensions = if auth.can_read(ObjectType::EmbeddingModels, model_id) {
+                store::embedding_model_dimensions(pool, model_id).await?
+            } else {
+                None
+            };
+            Some(dimensions.ok_or(ApiError::NotFound {
+                message: "Embedding model not found",
+                id: Some(model_id),
+            })?)
+        }
+        None => None,
+    };
+    require_text_splitter(pool, auth, input.default_text_splitter_id).await?;
+    license.check(pool, Some(ObjectType::Pipelines)).await?;
+
+    validate_name(&input.name)?;
+    classifications::check(&input.classifications, &input.hierarchy)?;
+    if input.embedding_model_id.is_none() && !input.has_full_text_search {
+        return Err(ApiError::InvalidParameter(
+            "A pipeline without embedding model requires full-text search".to_owned(),
+        ));
+    }
+    let schema = input
+        .metadata_schema
+        .unwrap_or_else(metadata_schema::default_schema);
+    metadata_schema::check_schema(&schema)?;
+
+    let id = Uuid::new_v4();
+    let mut tx = pool.begin().await?;
+    store::insert(
+        &mut tx,
+        &NewPipeline {
+            id,
+            name: &input.name,
+            description: input.description.as_deref(),
+            default_text_splitter_id: input.default_text_splitter_id,
+            has_full_text_search: input.has_full_text_search,
+            metadata_schema: &schema,
+        },
+    )
+    .await?;
+    store::replace_classifications(&mut tx, id, &input.classifications, &input.hierarchy).await?;
+    if let (Some(model_id), Some(dimensions)) = (input.embedding_model_id, model_dimensions) {
+        let vector_embedding_id = Uuid::new_v4();
+        store::insert_vector_embedding(&mut tx, vector_embedding_id, id, model_id, dimensions)
+            .await?;
+        vectors::create_table(&mut tx, vector_embedding_id, dimensions).await?;
+    }
+    tx.commit().await?;
+    store::get(pool, id).await?.ok_or_else(|| not_found(id))
+}
+
+/// Input of `PATCH /pipelines/{id}`.
+pub struct PipelineChange {
+    pub name: MaybeUndefined<String>,
+    pub description: MaybeUndefined<String>,
+    pub default_text_splitter_id: MaybeUndefined<Uuid>,
+    pub metadata_schema: MaybeUndefined<Value>,
+}
+
+/// Changes a pipeline's name, description, default splitter or (compatibly) its schema.
+pub async fn update(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    id: Uuid,
+    change: PipelineChange,
+) -> ApiResult<PipelineRow> {
+    let current = require(pool, auth, id, AccessLevel::WRITE).await?;
+    if let MaybeUndefined::Value(splitter) = change.default_text_splitter_id {
+        require_text_splitter(pool, auth, splitter).await?;
+    }
+    license.check(pool, None).await?;
+    let name = match change.name {
+        MaybeUndefined::Value(name) => name,
+        _ => current.name.clone(),
+    };
+    validate_name(&name)?;
+    let description = match change.description {
+        MaybeUndefined::Value(d) => Some(d),
+        MaybeUndefined::Null => None,
+        MaybeUndefined::Undefined => current.description.clone(),
+    };
+    let splitter = match change.default_text_splitter_id {
+        MaybeUndefined::Value(s) => s,
+        _ => current.default_text_splitter_id,
+    };
+    let schema = match change.metadata_schema {
+        MaybeUndefined::Value(schema) => {
+            metadata_schema::check_schema(&schema)?;
+            metadata_schema::check_compatible(&current.metadata_schema, &schema)?;
+            schema
+        }
+        _ => current.metadata_schema.clone(),
+    };
+    store::update(pool, id, &name, description.as_deref(), splitter, &schema).await?;
+    store::get(pool, id).await?.ok_or_else(|| not_found(id))
+}
+
+/// Deletes a pipeline and everything in it.
+pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+    let current = require(pool, auth, id, AccessLevel::WRITE).await?;
+    store::delete(pool, id, current.ve_id).await?;
+    Ok(())
+}
+
+/// The 403 of classification management without allow-list `*`.
+fn allow_list_denied(level: AccessLevel, id: Uuid) -> ApiError {
+    ApiError::AccessDenied {
+        level,
+        object_type: ObjectType::Pipelines,
+        id: Some(id),
+    }
+}
+
+/// Classifications and hierarchy (read and allow-list `*`).
+pub async fn classifications(
+    pool: &PgPool,
+    auth: &AuthContext,
+    id: Uuid,
+) -> ApiResult<(Vec<String>, Vec<(String, String)>)> {
+    require(pool, auth, id, AccessLevel::READ).await?;
+    if !auth.allows_all_classifications(Some(id)) {
+        return Err(allow_list_denied(AccessLevel::READ, id));
+    }
+    Ok(store::classifications(pool, id).await?)
+}
+
+/// Replaces classifications and hierarchy (write and allow-list `*`).
+pub async fn set_classifications(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    id: Uuid,
+    names: Vec<String>,
+    hierarchy: Vec<(String, String)>,
+) -> ApiResult<()> {
+    require(pool, auth, id, AccessLevel::WRITE).await?;
+    if !auth.allows_all_classifications(Some(id)) {
+        return Err(allow_list_denied(AccessLevel::WRITE, id));
+    }
+    license.check(pool, None).await?;
+    classifications::check(&names, &hierarchy)?;
+    if store::versions_outside(pool, id, &names).await? {
+        return Err(ApiError::ConflictRelated);
+    }
+    let mut tx = pool.begin().await?;
+    store::replace_classifications(&mut tx, id, &names, &hierarchy).await?;
+    sqlx::query("UPDATE pipelines SET updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Creates a metadata index on a declared top-level, non-object field.
+pub async fn create_index(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    id: Uuid,
+    field: String,
+) -> ApiResult<IndexRow> {
+    let pipeline = require(pool, auth, id, AccessLevel::WRITE).await?;
+    license.check(pool, None).await?;
+    let properties = metadata_schema::properties(&pipeline.metadata_schema);
+    let expression = properties
+        .get(&field)
+        .and_then(metadata_schema::property_type)
+        .and_then(|ty| indexes::typed_field_expression(&field, ty))
+        .ok_or_else(|| ApiError::InvalidParameter(field.clone()))?;
+    let mut tx = pool.begin().await?;
+    let row = indexes::create(&mut tx, Uuid::new_v4(), id, &field, &expression).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Deletes a metadata index.
+pub async fn delete_index(
+    pool: &PgPool,
+    auth: &AuthContext,
+    id: Uuid,
+    index_id: Uuid,
+) -> ApiResult<()> {
+    require(pool, auth, id, AccessLevel::WRITE).await?;
+    let mut tx = pool.begin().await?;
+    if indexes::get(&mut tx, id, index_id).await?.is_none() {
+        return Err(ApiError::NotFound {
+            message: "Pipeline Index not found",
+            id: Some(index_id),
+        });
+    }
+    indexes::drop_index(&mut tx, index_id).await?;
+    tx.commit().await?;
+    Ok(())
+}

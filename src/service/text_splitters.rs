@@ -1,0 +1,159 @@
+//! Text splitter providers (read-only) and text splitters: creation, changes, deletion.
+
+use poem_openapi::types::MaybeUndefined;
+use serde_json::{Map, Value};
+use sqlx::PgPool;
+use trove_text::SplitterConfig;
+use uuid::Uuid;
+
+use super::validate_name;
+use crate::auth::license::License;
+use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::error::{ApiError, ApiResult};
+use crate::store::text_splitters::{self as store, ProviderRow, SplitterRow};
+
+/// Input of a splitter creation, already deserialized.
+pub struct NewSplitter {
+    pub name: String,
+    pub description: Option<String>,
+    pub provider: String,
+    /// `None` (omitted or null) is `{}`.
+    pub parameters: Option<Map<String, Value>>,
+}
+
+/// Input of a splitter change (`provider` is fixed).
+pub struct SplitterChange {
+    pub name: MaybeUndefined<String>,
+    pub description: MaybeUndefined<String>,
+    /// Replaces the parameters whole; `null` counts as omitted.
+    pub parameters: MaybeUndefined<Map<String, Value>>,
+}
+
+/// `Text Splitter not found` with the id.
+pub fn splitter_not_found(id: Uuid) -> ApiError {
+    ApiError::NotFound {
+        message: "Text Splitter not found",
+        id: Some(id),
+    }
+}
+
+/// `Text Splitter provider not found` with the id.
+pub fn provider_not_found(id: Uuid) -> ApiError {
+    ApiError::NotFound {
+        message: "Text Splitter provider not found",
+        id: Some(id),
+    }
+}
+
+/// Validates a provider name and parameters; returns the parameters with defaults filled.
+/// Unknown provider and bad values are 400 `Invalid parameter` with the crate's reason.
+pub fn validated_parameters(provider: &str, parameters: &Value) -> ApiResult<Value> {
+    SplitterConfig::from_parameters(provider, parameters)
+        .map(|config| config.to_parameters())
+        .map_err(|e| ApiError::InvalidParameter(e.to_string()))
+}
+
+/// Reads a provider the caller can read; missing or unreadable are both 404.
+pub async fn get_provider_readable(
+    pool: &PgPool,
+    auth: &AuthContext,
+    id: Uuid,
+) -> ApiResult<ProviderRow> {
+    if !auth.can_read(ObjectType::TextSplitterProviders, id) {
+        return Err(provider_not_found(id));
+    }
+    store::get_provider(pool, id)
+        .await?
+        .ok_or_else(|| provider_not_found(id))
+}
+
+/// Reads a splitter the caller can read; missing or unreadable are both 404.
+pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<SplitterRow> {
+    if !auth.can_read(ObjectType::TextSplitters, id) {
+        return Err(splitter_not_found(id));
+    }
+    store::get(pool, id)
+        .await?
+        .ok_or_else(|| splitter_not_found(id))
+}
+
+/// Creates a splitter: W on the type (403) and W on the provider (404 `Text Splitter not
+/// found`), then the license, then name, provider and parameters (400), then uniqueness (409).
+pub async fn create(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    input: NewSplitter,
+) -> ApiResult<SplitterRow> {
+    auth.require_type(ObjectType::TextSplitters, AccessLevel::WRITE)?;
+    // An unknown provider is a validation error (400), reported after the license; a known
+    // one the key cannot write is reported as "not found".
+    if let Some(provider) = store::provider_by_name(pool, &input.provider).await?
+        && !auth
+            .object_level(ObjectType::TextSplitterProviders, provider.id)
+            .contains(AccessLevel::WRITE)
+    {
+        return Err(ApiError::NotFound {
+            message: "Text Splitter not found",
+            id: None,
+        });
+    }
+    license.check(pool, Some(ObjectType::TextSplitters)).await?;
+    validate_name(&input.name)?;
+    let parameters = Value::Object(input.parameters.unwrap_or_default());
+    let parameters = validated_parameters(&input.provider, &parameters)?;
+    Ok(store::insert(
+        pool,
+        Uuid::new_v4(),
+        &input.name,
+        input.description.as_deref(),
+        &input.provider,
+        &parameters,
+    )
+    .await?)
+}
+
+/// Changes a splitter's name, description or parameters (re-validated against its provider).
+pub async fn update(
+    pool: &PgPool,
+    license: &License,
+    auth: &AuthContext,
+    id: Uuid,
+    change: SplitterChange,
+) -> ApiResult<SplitterRow> {
+    let current = get_readable(pool, auth, id).await?;
+    auth.require_object(ObjectType::TextSplitters, id, AccessLevel::WRITE)?;
+    license.check(pool, None).await?;
+
+    let name = match change.name {
+        MaybeUndefined::Value(name) => name,
+        MaybeUndefined::Null | MaybeUndefined::Undefined => current.name.clone(),
+    };
+    validate_name(&name)?;
+    let description = match change.description {
+        MaybeUndefined::Value(d) => Some(d),
+        MaybeUndefined::Null => None,
+        MaybeUndefined::Undefined => current.description.clone(),
+    };
+    let parameters = match change.parameters {
+        MaybeUndefined::Value(p) => Value::Object(p),
+        MaybeUndefined::Null | MaybeUndefined::Undefined => current.parameters.clone(),
+    };
+    let parameters = validated_parameters(&current.provider, &parameters)?;
+    store::update(pool, id, &name, description.as_deref(), &parameters)
+        .await?
+        .ok_or_else(|| splitter_not_found(id))
+}
+
+/// Deletes a splitter unless a pipeline's default or a pending version's override uses it
+/// (409 `Conflict related error`).
+pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+    get_readable(pool, auth, id).await?;
+    auth.require_object(ObjectType::TextSplitters, id, AccessLevel::WRITE)?;
+    // A splitter still referenced is a restrict violation: 409 `Conflict related error`.
+    if store::delete(pool, id).await? {
+        Ok(())
+    } else {
+        Err(splitter_not_found(id))
+    }
+}

@@ -1,0 +1,341 @@
+//! Document versions, their raw text until processed, and fragments.
+
+use chrono::{DateTime, Utc};
+use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::time::rfc3339;
+
+/// One document version as the API shows it.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
+#[oai(rename = "DocumentVersion")]
+pub struct VersionRow {
+    pub id: Uuid,
+    pub pipeline_id: Uuid,
+    pub external_identifier: String,
+    pub classification: String,
+    pub metadata: Value,
+    pub status: String,
+    /// Microseconds since the Unix epoch; equals `created_at`.
+    pub version: i64,
+    #[serde(with = "rfc3339")]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "rfc3339")]
+    pub updated_at: DateTime<Utc>,
+    #[serde(with = "rfc3339::option")]
+    pub expired_at: Option<DateTime<Utc>>,
+}
+
+/// The columns of [`VersionRow`], as a literal for `concat!`.
+macro_rules! version_columns {
+    () => {
+        "id, pipeline_id, external_identifier, classification, metadata, status, version, created_at, updated_at, expired_at"
+    };
+}
+
+/// The id and classification already used by an external identifier in a pipeline.
+pub async fn identity(
+    conn: &mut PgConnection,
+    pipeline_id: Uuid,
+    external_identifier: &str,
+) -> Result<Option<(Uuid, String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, classification, max(version) FROM documents
+         WHERE pipeline_id = $1 AND external_identifier = $2 GROUP BY id, classification LIMIT 1",
+    )
+    .bind(pipeline_id)
+    .bind(external_identifier)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Serializes submissions of one external identifier (held until the transaction ends).
+pub async fn lock_identity(
+    conn: &mut PgConnection,
+    pipeline_id: Uuid,
+    external_identifier: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+        .bind(pipeline_id.to_string())
+        .bind(external_identifier)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// What a new version stores.
+pub struct NewVersion<'a> {
+    pub id: Uuid,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub pipeline_id: Uuid,
+    pub external_identifier: &'a str,
+    pub classification: &'a str,
+    pub metadata: &'a Value,
+    pub text_splitter_id: Option<Uuid>,
+    pub expire_older_versions: bool,
+    pub encrypted_text: &'a [u8],
+}
+
+/// Inserts a `pending` version and its encrypted text.
+pub async fn insert(
+    conn: &mut PgConnection,
+    v: &NewVersion<'_>,
+) -> Result<VersionRow, sqlx::Error> {
+    let row: VersionRow = sqlx::query_as(concat!(
+        "INSERT INTO documents (id, version, pipeline_id, external_identifier, classification, metadata, status,
+             text_splitter_id, expire_older_versions, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $9) RETURNING ",
+        version_columns!()
+    ))
+    .bind(v.id)
+    .bind(v.version)
+    .bind(v.pipeline_id)
+    .bind(v.external_identifier)
+    .bind(v.classification)
+    .bind(v.metadata)
+    .bind(v.text_splitter_id)
+    .bind(v.expire_older_versions)
+    .bind(v.created_at)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query("INSERT INTO document_texts (document_id, version, text) VALUES ($1, $2, $3)")
+        .bind(v.id)
+        .bind(v.version)
+        .bind(v.encrypted_text)
+        .execute(&mut *conn)
+        .await?;
+    Ok(row)
+}
+
+/// Marks a version `failed` (its job could not be queued) and drops its raw text.
+pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "UPDATE documents SET status = 'failed', updated_at = now() WHERE id = $1 AND version = $2",
+    )
+    .bind(id)
+    .bind(version)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM document_texts WHERE document_id = $1 AND version = $2")
+        .bind(id)
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Selects versions of a document: `version` (exact), `as_of` (as it was then), or current.
+pub async fn read(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    id: Uuid,
+    version: Option<i64>,
+    as_of: Option<i64>,
+) -> Result<Vec<VersionRow>, sqlx::Error> {
+    match (version, as_of) {
+        (Some(version), _) => {
+            sqlx::query_as(concat!(
+                "SELECT ",
+                version_columns!(),
+                " FROM documents WHERE pipeline_id = $1 AND id = $2 AND version = $3"
+            ))
+            .bind(pipeline_id)
+            .bind(id)
+            .bind(version)
+            .fetch_all(pool)
+            .await
+        }
+        (None, Some(as_of)) => {
+            // As it was at `as_of`: created by then and not yet expired then.
+            sqlx::query_as(concat!(
+                "SELECT ",
+                version_columns!(),
+                " FROM documents WHERE pipeline_id = $1 AND id = $2 AND version <= $3
+                  AND (expired_at IS NULL OR expired_at > to_timestamp($3::double precision / 1000000))
+                  ORDER BY version DESC"
+            ))
+            .bind(pipeline_id)
+            .bind(id)
+            .bind(as_of)
+            .fetch_all(pool)
+            .await
+        }
+        (None, None) => {
+            sqlx::query_as(concat!(
+                "SELECT ",
+                version_columns!(),
+                " FROM documents WHERE pipeline_id = $1 AND id = $2 AND expired_at IS NULL ORDER BY version DESC"
+            ))
+            .bind(pipeline_id)
+            .bind(id)
+            .fetch_all(pool)
+            .await
+        }
+    }
+}
+
+/// Every version of a document, newest first.
+pub async fn versions(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    id: Uuid,
+) -> Result<Vec<VersionRow>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        version_columns!(),
+        " FROM documents WHERE pipeline_id = $1 AND id = $2 ORDER BY version DESC"
+    ))
+    .bind(pipeline_id)
+    .bind(id)
+    .fetch_all(pool)
+    .await
+}
+
+/// Expires every current version of a document (and its fragments); returns those expired.
+pub async fn expire(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    id: Uuid,
+) -> Result<Vec<VersionRow>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let rows: Vec<VersionRow> = sqlx::query_as(concat!(
+        "UPDATE documents SET expired_at = now(), updated_at = now()
+         WHERE pipeline_id = $1 AND id = $2 AND expired_at IS NULL RETURNING ",
+        version_columns!()
+    ))
+    .bind(pipeline_id)
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE fragments SET expired_at = now() WHERE document_id = $1 AND expired_at IS NULL",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let mut rows = rows;
+    rows.sort_by(|a, b| b.version.cmp(&a.version));
+    Ok(rows)
+}
+
+/// Deletes every version, fragment, vector and raw text of a document.
+pub async fn delete(pool: &PgPool, pipeline_id: Uuid, id: Uuid) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM fragments WHERE document_id = $1 AND pipeline_id = $2")
+        .bind(id)
+        .bind(pipeline_id)
+        .execute(&mut *tx)
+        .await?;
+    let deleted = sqlx::query("DELETE FROM documents WHERE id = $1 AND pipeline_id = $2")
+        .bind(id)
+        .bind(pipeline_id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM permissions WHERE object_type = 'documents' AND object_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(deleted.rows_affected())
+}
+
+/// The base of the document list: current versions of one pipeline.
+pub fn list_base(pipeline_id: Uuid) -> SelectStatement {
+    let t = Alias::new("documents");
+    let mut select = Query::select();
+    select
+        .from(t.clone())
+        .columns(
+            [
+                "id",
+                "pipeline_id",
+                "external_identifier",
+                "classification",
+                "metadata",
+                "status",
+                "version",
+                "created_at",
+                "updated_at",
+                "expired_at",
+            ]
+            .map(|c| (t.clone(), Alias::new(c))),
+        )
+        .and_where(Expr::col((t.clone(), Alias::new("pipeline_id"))).eq(pipeline_id))
+        .and_where(Expr::col((t, Alias::new("expired_at"))).is_null());
+    select
+}
+
+/// A fragment as the API shows it (text decrypted by the caller).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FragmentRow {
+    pub id: Uuid,
+    pub document_id: Uuid,
+    pub version: i64,
+    pub order_id: i32,
+    pub classification: String,
+    pub metadata: Value,
+    pub content: Vec<u8>,
+    pub expired_at: Option<DateTime<Utc>>,
+}
+
+/// Fragments by id (unknown ids omitted), in any order.
+pub async fn fragments_by_id(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<FragmentRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, document_id, version, order_id, classification, metadata, content, expired_at
+         FROM fragments WHERE pipeline_id = $1 AND id = ANY($2)",
+    )
+    .bind(pipeline_id)
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+}
+
+/// The base of the fragment list of one document version.
+pub fn fragment_list_base(document_id: Uuid, version: i64) -> SelectStatement {
+    let t = Alias::new("fragments");
+    let mut select = Query::select();
+    select
+        .from(t.clone())
+        .columns(
+            [
+                "id",
+                "document_id",
+                "version",
+                "order_id",
+                "classification",
+                "metadata",
+                "content",
+                "expired_at",
+            ]
+            .map(|c| (t.clone(), Alias::new(c))),
+        )
+        .and_where(Expr::col((t.clone(), Alias::new("document_id"))).eq(document_id))
+        .and_where(Expr::col((t, Alias::new("version"))).eq(version));
+    select
+}
+
+/// Embeddings of fragments, from an association's vector table, as float arrays.
+pub async fn embeddings(
+    pool: &PgPool,
+    vector_embedding_id: Uuid,
+    fragment_ids: &[Uuid],
+) -> Result<Vec<(Uuid, Vec<f32>)>, sqlx::Error> {
+    let table = super::vectors::table_name(vector_embedding_id);
+    // The table name is rendered from a UUID (see `vectors`); the ids are bound.
+    let sql =
+        format!("SELECT fragment_id, embedding::real[] FROM {table} WHERE fragment_id = ANY($1)");
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(fragment_ids)
+        .fetch_all(pool)
+        .await
+}

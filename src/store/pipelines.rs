@@ -1,0 +1,336 @@
+//! Pipelines, their embedding model association, classifications and hierarchy.
+
+use chrono::{DateTime, Utc};
+use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::time::rfc3339;
+
+/// A pipeline with its (optional) embedding model, as one row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PipelineRow {
+    pub id: Uuid,
+    pub name: String,
+    pub description: Option<String>,
+    pub default_text_splitter_id: Uuid,
+    pub has_full_text_search: bool,
+    pub metadata_schema: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub ve_id: Option<Uuid>,
+    pub ve_dimensions: Option<i32>,
+    pub em_id: Option<Uuid>,
+    pub em_name: Option<String>,
+    pub em_description: Option<String>,
+    pub em_provider: Option<String>,
+    pub em_model_name: Option<String>,
+    pub em_parameters: Option<Value>,
+    pub em_dimensions: Option<i32>,
+    pub em_created_at: Option<DateTime<Utc>>,
+    pub em_updated_at: Option<DateTime<Utc>>,
+}
+
+impl PipelineRow {
+    /// The embedding model object of the association, when there is one.
+    fn embedding_model(&self) -> Option<Value> {
+        let (Some(id), Some(created), Some(updated)) =
+            (self.em_id, self.em_created_at, self.em_updated_at)
+        else {
+            return None;
+        };
+        Some(serde_json::json!({
+            "id": id,
+            "name": self.em_name,
+            "description": self.em_description,
+            "provider": self.em_provider,
+            "model_name": self.em_model_name,
+            "parameters": self.em_parameters,
+            "dimensions": self.em_dimensions,
+            "created_at": rfc3339::format(&created),
+            "updated_at": rfc3339::format(&updated),
+        }))
+    }
+}
+
+impl Serialize for PipelineRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(10))?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("name", &self.name)?;
+        map.serialize_entry("description", &self.description)?;
+        map.serialize_entry("default_text_splitter_id", &self.default_text_splitter_id)?;
+        map.serialize_entry("default_vector_embedding_id", &self.ve_id)?;
+        let mut models = serde_json::Map::new();
+        if let (Some(ve_id), Some(model)) = (self.ve_id, self.embedding_model()) {
+            models.insert(ve_id.to_string(), model);
+        }
+        map.serialize_entry("embedding_models", &models)?;
+        map.serialize_entry("has_full_text_search", &self.has_full_text_search)?;
+        map.serialize_entry("metadata_schema", &self.metadata_schema)?;
+        map.serialize_entry("created_at", &rfc3339::format(&self.created_at))?;
+        map.serialize_entry("updated_at", &rfc3339::format(&self.updated_at))?;
+        map.end()
+    }
+}
+
+/// The SELECT of pipeline rows (FROM `pipelines`, joined to the association and the model).
+pub fn select_base() -> SelectStatement {
+    let p = Alias::new("pipelines");
+    let ve = Alias::new("vector_embeddings");
+    let em = Alias::new("embedding_models");
+    let mut select = Query::select();
+    select
+        .from(p.clone())
+        .columns(
+            [
+                "id",
+                "name",
+                "description",
+                "default_text_splitter_id",
+                "has_full_text_search",
+                "metadata_schema",
+                "created_at",
+                "updated_at",
+            ]
+            .map(|c| (p.clone(), Alias::new(c))),
+        )
+        .expr_as(
+            Expr::col((ve.clone(), Alias::new("id"))),
+            Alias::new("ve_id"),
+        )
+        .expr_as(
+            Expr::col((ve.clone(), Alias::new("dimensions"))),
+            Alias::new("ve_dimensions"),
+        );
+    for column in [
+        "id",
+        "name",
+        "description",
+        "provider",
+        "model_name",
+        "parameters",
+        "dimensions",
+        "created_at",
+        "updated_at",
+    ] {
+        select.expr_as(
+            Expr::col((em.clone(), Alias::new(column))),
+            Alias::new(format!("em_{column}")),
+        );
+    }
+    select
+        .left_join(
+            ve.clone(),
+            Expr::col((ve.clone(), Alias::new("pipeline_id")))
+                .equals((p.clone(), Alias::new("id"))),
+        )
+        .left_join(
+            em.clone(),
+            Expr::col((em, Alias::new("id"))).equals((ve, Alias::new("embedding_model_id"))),
+        );
+    select
+}
+
+/// The base of the pipeline list: readable pipelines only.
+pub fn list_base(readable_ids: Option<Vec<Uuid>>) -> SelectStatement {
+    let mut select = select_base();
+    if let Some(ids) = readable_ids {
+        select.and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).is_in(ids));
+    }
+    select
+}
+
+/// One pipeline by id.
+pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<PipelineRow>, sqlx::Error> {
+    use sea_query::PostgresQueryBuilder;
+    use sea_query_sqlx::SqlxBinder;
+    let mut select = select_base();
+    select.and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
+    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
+        .fetch_optional(pool)
+        .await
+}
+
+/// What a new pipeline stores.
+pub struct NewPipeline<'a> {
+    pub id: Uuid,
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub default_text_splitter_id: Uuid,
+    pub has_full_text_search: bool,
+    pub metadata_schema: &'a Value,
+}
+
+pub async fn insert(conn: &mut PgConnection, p: &NewPipeline<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO pipelines (id, name, description, default_text_splitter_id, has_full_text_search, metadata_schema)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(p.id)
+    .bind(p.name)
+    .bind(p.description)
+    .bind(p.default_text_splitter_id)
+    .bind(p.has_full_text_search)
+    .bind(p.metadata_schema)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn insert_vector_embedding(
+    conn: &mut PgConnection,
+    id: Uuid,
+    pipeline_id: Uuid,
+    embedding_model_id: Uuid,
+    dimensions: i32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO vector_embeddings (id, pipeline_id, embedding_model_id, dimensions) VALUES ($1, $2, $3, $4)")
+        .bind(id)
+        .bind(pipeline_id)
+        .bind(embedding_model_id)
+        .bind(dimensions)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Writes the editable fields.
+pub async fn update(
+    pool: &PgPool,
+    id: Uuid,
+    name: &str,
+    description: Option<&str>,
+    default_text_splitter_id: Uuid,
+    metadata_schema: &Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE pipelines SET name = $2, description = $3, default_text_splitter_id = $4, metadata_schema = $5,
+         updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(name)
+    .bind(description)
+    .bind(default_text_splitter_id)
+    .bind(metadata_schema)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Replaces the classifications and hierarchy (the caller's transaction).
+pub async fn replace_classifications(
+    conn: &mut PgConnection,
+    pipeline_id: Uuid,
+    classifications: &[String],
+    hierarchy: &[(String, String)],
+) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM classification_hierarchy WHERE pipeline_id = $1")
+        .bind(pipeline_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM classifications WHERE pipeline_id = $1")
+        .bind(pipeline_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("INSERT INTO classifications (pipeline_id, name) SELECT $1, unnest($2::text[])")
+        .bind(pipeline_id)
+        .bind(classifications)
+        .execute(&mut *conn)
+        .await?;
+    let (from, to): (Vec<String>, Vec<String>) = hierarchy.iter().cloned().unzip();
+    sqlx::query(
+        "INSERT INTO classification_hierarchy (pipeline_id, classification, inherited)
+         SELECT $1, c, i FROM unnest($2::text[], $3::text[]) AS h (c, i) ON CONFLICT DO NOTHING",
+    )
+    .bind(pipeline_id)
+    .bind(from)
+    .bind(to)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The classifications (by name) and hierarchy pairs of a pipeline.
+pub async fn classifications(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+) -> Result<(Vec<String>, Vec<(String, String)>), sqlx::Error> {
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM classifications WHERE pipeline_id = $1 ORDER BY name")
+            .bind(pipeline_id)
+            .fetch_all(pool)
+            .await?;
+    let pairs: Vec<(String, String)> = sqlx::query_as(
+        "SELECT classification, inherited FROM classification_hierarchy WHERE pipeline_id = $1 ORDER BY classification, inherited",
+    )
+    .bind(pipeline_id)
+    .fetch_all(pool)
+    .await?;
+    Ok((names, pairs))
+}
+
+/// Whether any stored version (expired included) carries a classification outside `kept`.
+pub async fn versions_outside(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    kept: &[String],
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM documents WHERE pipeline_id = $1 AND NOT (classification = ANY($2)))")
+        .bind(pipeline_id)
+        .bind(kept)
+        .fetch_one(pool)
+        .await
+}
+
+/// Deletes a pipeline with everything it holds: documents, fragments, vectors, indexes,
+/// classifications, the association and permission entries.
+pub async fn delete(
+    pool: &PgPool,
+    id: Uuid,
+    vector_embedding_id: Option<Uuid>,
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    if let Some(ve) = vector_embedding_id {
+        super::vectors::drop_table(&mut tx, ve).await?;
+    }
+    for index in super::indexes::index_ids(&mut tx, id).await? {
+        super::indexes::drop_index(&mut tx, index).await?;
+    }
+    sqlx::query("DELETE FROM fragments WHERE pipeline_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM pipelines WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM permissions WHERE object_type = 'pipelines' AND object_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Whether an embedding model exists (and its dimensions).
+pub async fn embedding_model_dimensions(
+    pool: &PgPool,
+    id: Uuid,
+) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar("SELECT dimensions FROM embedding_models WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Whether a text splitter exists.
+pub async fn text_splitter_exists(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM text_splitters WHERE id = $1)")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+}

@@ -1,0 +1,190 @@
+//! Pipelines, documents and the ingestion worker, end to end.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use trove::ingest::worker::Worker;
+
+use crate::helpers::{AppOptions, TestApp, spawn_app_with};
+
+/// An app whose worker is driven by the test.
+async fn app_without_worker() -> TestApp {
+    spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await
+}
+
+/// The id of a seeded object by name.
+async fn seeded_id(app: &TestApp, path: &str, name: &str) -> String {
+    let reply = app.get(&format!("{path}?name={name}")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    reply.body["data"][0]["id"]
+        .as_str()
+        .expect("seeded object")
+        .to_owned()
+}
+
+/// Creates a pipeline on the `default` model and the `recursive-character` splitter.
+async fn create_pipeline(app: &TestApp, extra: Value) -> Value {
+    let model = seeded_id(app, "/embedding-models", "default").await;
+    let splitter = seeded_id(app, "/text-splitters", "recursive-character").await;
+    let mut body = json!({
+        "name": format!("p-{}", uuid::Uuid::new_v4().simple()),
+        "embedding_model_id": model,
+        "default_text_splitter_id": splitter,
+        "classifications": ["public", "internal"],
+        "hierarchy": [["internal", "public"]],
+        "metadata_schema": {"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}}},
+    });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let reply = app.post("/pipelines", &body).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    reply.body
+}
+
+async fn step(app: &TestApp) -> trove::ingest::worker::StepOutcome {
+    let worker = Worker::from_state(&app.state).await.expect("worker");
+    worker.step(Duration::from_millis(300)).await.expect("step")
+}
+
+#[tokio::test]
+async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
+    let app = app_without_worker().await;
+    let pipeline = create_pipeline(&app, json!({})).await;
+    let pid = pipeline["id"].as_str().unwrap();
+    assert!(pipeline["default_vector_embedding_id"].is_string());
+    let text = "Zanzibar harbour notes. ".repeat(100);
+    let reply = app
+        .post(
+            &format!("/pipelines/{pid}/documents"),
+            &json!({"external_identifier": "doc-1", "classification": "public", "metadata": {"year": 2024}, "text": text}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(reply.body["status"], "pending");
+    let doc_id = reply.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(&doc_id[14..15], "7", "document ids are UUID v7: {doc_id}");
+
+    let outcome = step(&app).await;
+    assert_eq!(outcome.jobs, 1);
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+
+    let read = app
+        .get(&format!("/pipelines/{pid}/documents/{doc_id}"))
+        .await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.text);
+    assert_eq!(read.body[0]["status"], "success");
+
+    let fragments = app
+        .get(&format!(
+            "/pipelines/{pid}/documents/{doc_id}/fragments?count=true"
+        ))
+        .await;
+    assert_eq!(fragments.status, StatusCode::OK, "{}", fragments.text);
+    let data = fragments.body["data"].as_array().unwrap();
+    assert!(data.len() >= 3, "{}", fragments.text);
+    assert_eq!(data[0]["order_id"], 0);
+    assert!(
+        data[0]["page_content"]
+            .as_str()
+            .unwrap()
+            .contains("Zanzibar")
+    );
+    assert_eq!(data[0]["metadata"], json!({"year": 2024}));
+    assert!(data[0].get("embedding").is_none());
+
+    // Nothing readable at rest.
+    let contents: Vec<Vec<u8>> = sqlx::query_scalar("SELECT content FROM fragments")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert!(!contents.is_empty());
+    for content in contents {
+        assert!(
+            !content.windows(8).any(|w| w == b"Zanzibar"),
+            "plaintext found in fragments.content"
+        );
+    }
+    let texts: i64 = sqlx::query_scalar("SELECT count(*) FROM document_texts")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(texts, 0, "raw text is dropped once processed");
+
+    // A second delivery of the same job changes nothing.
+    let again = step(&app).await;
+    assert_eq!(again.jobs, 0);
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM fragments")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, i64::try_from(data.len()).unwrap());
+
+    // Embeddings on request.
+    let with = app
+        .get(&format!(
+            "/pipelines/{pid}/documents/{doc_id}/fragments?include_embedding=true"
+        ))
+        .await;
+    assert_eq!(
+        with.body["data"][0]["embedding"].as_array().unwrap().len(),
+        384
+    );
+}
+
+#[tokio::test]
+async fn versions_expire_older_ones_when_processed() {
+    let app = app_without_worker().await;
+    let pipeline = create_pipeline(&app, json!({})).await;
+    let pid = pipeline["id"].as_str().unwrap();
+    let submit = |text: &'static str| {
+        let app = &app;
+        async move {
+            app.post(
+                &format!("/pipelines/{pid}/documents"),
+                &json!({"external_identifier": "same", "classification": "public", "text": text}),
+            )
+            .await
+        }
+    };
+    let first = submit("first version").await;
+    step(&app).await;
+    let second = submit("second version").await;
+    assert_eq!(
+        first.body["id"], second.body["id"],
+        "versions share the document id"
+    );
+    assert!(second.body["version"].as_i64() > first.body["version"].as_i64());
+    let doc = first.body["id"].as_str().unwrap();
+    // Until the new version is processed, the old one stays current.
+    let current = app.get(&format!("/pipelines/{pid}/documents/{doc}")).await;
+    assert_eq!(current.body.as_array().unwrap().len(), 2);
+    step(&app).await;
+    let current = app.get(&format!("/pipelines/{pid}/documents/{doc}")).await;
+    assert_eq!(
+        current.body.as_array().unwrap().len(),
+        1,
+        "{}",
+        current.text
+    );
+    assert_eq!(current.body[0]["version"], second.body["version"]);
+    let versions = app
+        .get(&format!("/pipelines/{pid}/documents/{doc}/versions"))
+        .await;
+    assert_eq!(versions.body.as_array().unwrap().len(), 2);
+    assert!(versions.body[1]["expired_at"].is_string());
+    // A different classification for a new version is refused.
+    let mismatch = app
+        .post(
+            &format!("/pipelines/{pid}/documents"),
+            &json!({"external_identifier": "same", "classification": "internal", "text": "x"}),
+        )
+        .await;
+    assert_eq!(mismatch.status, StatusCode::BAD_REQUEST);
+    assert_eq!(mismatch.message(), "Classification mismatch");
+}
