@@ -54,12 +54,17 @@ pub struct MasterKey {
     pub secret: Secret<String>,
 }
 
-/// Names of the JetStream objects; tests give each test its own.
+/// Names and timings of the JetStream objects; tests give each test its own names and
+/// shorter timings.
 #[derive(Debug, Clone)]
 pub struct QueueNames {
     pub stream: String,
     pub subject_prefix: String,
     pub consumer: String,
+    /// Delay before a failed job is delivered again (interface: 10 seconds).
+    pub redelivery_delay: std::time::Duration,
+    /// How long a fetched job may stay unacknowledged (a killed worker) before redelivery.
+    pub ack_wait: std::time::Duration,
 }
 
 impl Default for QueueNames {
@@ -68,6 +73,8 @@ impl Default for QueueNames {
             stream: "TROVE_DOCUMENTS".to_owned(),
             subject_prefix: "trove.documents".to_owned(),
             consumer: "trove-workers".to_owned(),
+            redelivery_delay: std::time::Duration::from_secs(10),
+            ack_wait: std::time::Duration::from_secs(300),
         }
     }
 }

@@ -26,10 +26,6 @@ use crate::store::vectors;
 
 /// Jobs fetched at most per batch (interface: up to 100).
 pub const BATCH_SIZE: usize = 100;
-/// Delay before a failed job is delivered again (interface: 10 seconds).
-pub const REDELIVERY_DELAY: Duration = Duration::from_secs(10);
-/// How long a delivered job may stay unacknowledged before JetStream delivers it again.
-pub const ACK_WAIT: Duration = Duration::from_secs(300);
 
 /// What one step did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +48,7 @@ pub struct Worker {
     cipher: Cipher,
     embedders: EmbedderCache,
     license: Arc<License>,
+    redelivery_delay: Duration,
     pub metrics: WorkerMetrics,
 }
 
@@ -127,7 +124,7 @@ impl Worker {
                 pull::Config {
                     durable_name: Some(names.consumer.clone()),
                     ack_policy: AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
+                    ack_wait: names.ack_wait,
                     max_deliver: -1,
                     filter_subject: format!("{}.>", names.subject_prefix),
                     ..Default::default()
@@ -141,6 +138,7 @@ impl Worker {
             cipher,
             embedders,
             license,
+            redelivery_delay: names.redelivery_delay,
             metrics: WorkerMetrics::new(),
         })
     }
@@ -211,10 +209,10 @@ impl Worker {
         match result {
             Ok(outcome) => outcome,
             Err(error) => {
-                tracing::warn!(%error, %pipeline_id, jobs = size, "document group failed; jobs return in 10 s");
+                tracing::warn!(%error, %pipeline_id, jobs = size, "document group failed; jobs return after the redelivery delay");
                 self.metrics.failed.inc_by(size as f64);
                 for delivery in &deliveries {
-                    nak(&delivery.message).await;
+                    nak(&delivery.message, self.redelivery_delay).await;
                 }
                 StepOutcome {
                     jobs: size,
@@ -295,7 +293,7 @@ impl Worker {
                     // be processed now; leave it to redelivery and the 24-hour sweep.
                     self.metrics.failed.inc();
                     outcome.failed += 1;
-                    nak(&delivery.message).await;
+                    nak(&delivery.message, self.redelivery_delay).await;
                     continue;
                 }
             };
@@ -541,8 +539,8 @@ async fn ack(message: &Message) {
     }
 }
 
-async fn nak(message: &Message) {
-    if let Err(error) = message.ack_with(AckKind::Nak(Some(REDELIVERY_DELAY))).await {
+async fn nak(message: &Message, delay: Duration) {
+    if let Err(error) = message.ack_with(AckKind::Nak(Some(delay))).await {
         tracing::warn!(%error, "nak failed; the job returns after the ack wait");
     }
 }

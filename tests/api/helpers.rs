@@ -148,6 +148,10 @@ pub struct AppOptions {
     pub database: Option<String>,
     /// Do not start the in-process worker.
     pub no_worker: bool,
+    /// Shorter redelivery delay of failed jobs (default 10 s).
+    pub redelivery_delay: Option<std::time::Duration>,
+    /// Shorter ack wait (default 300 s), to test a worker killed before acknowledging.
+    pub ack_wait: Option<std::time::Duration>,
 }
 
 /// Starts an app on a fresh database.
@@ -195,6 +199,12 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         stream: format!("TEST_{tag}"),
         subject_prefix: format!("test.{tag}"),
         consumer: format!("test-{tag}"),
+        redelivery_delay: options
+            .redelivery_delay
+            .unwrap_or(std::time::Duration::from_secs(10)),
+        ack_wait: options
+            .ack_wait
+            .unwrap_or(std::time::Duration::from_secs(300)),
     };
     let queue = config.queue.clone();
     let app = Application::build(config)
