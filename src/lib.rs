@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod providers;
 pub mod service;
+pub mod sidecar;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -67,7 +67,13 @@ fn main() -> ExitCode {
             Command::Worker => run_worker_only(config, shutdown_signal())
                 .await
                 .map_err(|e| e.to_string()),
-            Command::Sidecar => Err("the sidecar is not implemented yet".to_owned()),
+            Command::Sidecar => trove::sidecar::serve(
+                config.sidecar_listen,
+                config.models_dir.clone(),
+                shutdown_signal(),
+            )
+            .await
+            .map_err(|e| e.to_string()),
         }
     });
     match result {

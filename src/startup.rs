@@ -14,6 +14,7 @@ use crate::crypto::at_rest::Cipher;
 use crate::ingest::queue::Queue;
 use crate::metrics::ApiMetrics;
 use crate::providers::embedding::EmbedderCache;
+use crate::providers::splitting::TextSplitting;
 use crate::store;
 
 /// State shared by every request.
@@ -27,6 +28,33 @@ pub struct AppState {
     pub cipher: Cipher,
     /// Embedders of stored models (local models loaded once).
     pub embedders: EmbedderCache,
+    /// Where texts are split (in process, or the sidecar).
+    pub splitting: TextSplitting,
+}
+
+impl AppState {
+    /// Assembles the state; the sidecar client (when configured) is shared by embedders and
+    /// splitting.
+    pub fn new(pool: PgPool, config: Config, queue: Queue) -> Result<Self, StartError> {
+        let sidecar = match &config.sidecar_url {
+            Some(url) => {
+                Some(crate::sidecar::SidecarClient::new(url).map_err(StartError::Sidecar)?)
+            }
+            None => None,
+        };
+        let cipher = Cipher::new(config.secret.expose());
+        let embedders = EmbedderCache::new(&config, sidecar.clone());
+        let splitting = sidecar.map_or(TextSplitting::InProcess, TextSplitting::Sidecar);
+        Ok(Self {
+            pool,
+            config: Arc::new(config),
+            metrics: ApiMetrics::new(),
+            queue,
+            cipher,
+            embedders,
+            splitting,
+        })
+    }
 }
 
 /// Why the application could not start.
@@ -40,6 +68,8 @@ pub enum StartError {
     Install(#[from] store::install::InstallError),
     #[error("TROVE_NATS_URL: {0}")]
     Nats(String),
+    #[error("TROVE_SIDECAR_URL: {0}")]
+    Sidecar(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -106,16 +136,7 @@ impl Application {
             source,
         })?;
 
-        let cipher = Cipher::new(config.secret.expose());
-        let embedders = EmbedderCache::new(&config);
-        let state = AppState {
-            pool,
-            config: Arc::new(config),
-            metrics: ApiMetrics::new(),
-            queue,
-            cipher,
-            embedders,
-        };
+        let state = AppState::new(pool, config, queue)?;
         Ok(Self {
             state,
             acceptor,
@@ -165,16 +186,7 @@ pub async fn run_worker_only(
     let queue = Queue::connect(&config.nats_url, config.queue.clone())
         .await
         .map_err(|e| StartError::Nats(e.to_string()))?;
-    let cipher = Cipher::new(config.secret.expose());
-    let embedders = EmbedderCache::new(&config);
-    let state = AppState {
-        pool,
-        config: Arc::new(config),
-        metrics: ApiMetrics::new(),
-        queue,
-        cipher,
-        embedders,
-    };
+    let state = AppState::new(pool, config, queue)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let worker = tokio::spawn(run_worker(state, stopped));
     shutdown.await;

@@ -22,6 +22,7 @@ use crate::auth::license::License;
 use crate::crypto::at_rest::Cipher;
 use crate::metrics::WorkerMetrics;
 use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind};
+use crate::providers::splitting::TextSplitting;
 use crate::store::vectors;
 
 /// Jobs fetched at most per batch (interface: up to 100).
@@ -48,6 +49,7 @@ pub struct Worker {
     cipher: Cipher,
     embedders: EmbedderCache,
     license: Arc<License>,
+    splitting: TextSplitting,
     redelivery_delay: Duration,
     pub metrics: WorkerMetrics,
 }
@@ -109,6 +111,7 @@ impl Worker {
         queue: &Queue,
         cipher: Cipher,
         embedders: EmbedderCache,
+        splitting: TextSplitting,
         license: Arc<License>,
     ) -> Result<Self, String> {
         queue.ensure_stream().await?;
@@ -138,6 +141,7 @@ impl Worker {
             cipher,
             embedders,
             license,
+            splitting,
             redelivery_delay: names.redelivery_delay,
             metrics: WorkerMetrics::new(),
         })
@@ -150,6 +154,7 @@ impl Worker {
             &state.queue,
             state.cipher.clone(),
             state.embedders.clone(),
+            state.splitting.clone(),
             Arc::new(state.config.license.clone()),
         )
         .await
@@ -304,7 +309,13 @@ impl Worker {
                 splitters.insert(splitter_id, load_splitter(&self.pool, splitter_id).await?);
             }
             let fragments = match splitters.get(&splitter_id) {
-                Some(config) => trove_text::split(config, &text),
+                Some(config) => self
+                    .splitting
+                    .split_all(config, vec![text])
+                    .await
+                    .map_err(GroupError::Split)?
+                    .pop()
+                    .unwrap_or_default(),
                 None => Vec::new(),
             };
             prepared.push(Prepared {

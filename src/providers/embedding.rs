@@ -61,6 +61,8 @@ pub enum EmbedFailure {
     Empty,
     #[error("Failed loading embedding model: {0}")]
     Load(String),
+    #[error("gRPC error: {0}")]
+    Grpc(String),
 }
 
 /// A ready embedder.
@@ -73,6 +75,11 @@ pub enum Embedder {
     OpenAi(Arc<super::openai_embedding::OpenAiEmbedder>),
     /// Filled in by the local provider.
     Local(Arc<super::local_embedding::LocalEmbedder>),
+    /// A local model served by `trove sidecar`.
+    Sidecar {
+        client: crate::sidecar::SidecarClient,
+        model_name: String,
+    },
 }
 
 impl Embedder {
@@ -85,6 +92,10 @@ impl Embedder {
                 .collect(),
             Self::OpenAi(embedder) => embedder.embed(texts).await?,
             Self::Local(embedder) => embedder.embed(texts).await?,
+            Self::Sidecar { client, model_name } => client
+                .embed(model_name, texts.to_vec())
+                .await
+                .map_err(|status| EmbedFailure::Grpc(status.to_string()))?,
         };
         if vectors.iter().any(|v: &Vec<f32>| v.is_empty()) {
             return Err(EmbedFailure::Empty);
@@ -98,13 +109,16 @@ impl Embedder {
 pub struct EmbedderCache {
     local: super::local_embedding::LocalModels,
     http: reqwest::Client,
+    /// Local models run in the sidecar when it is configured.
+    sidecar: Option<crate::sidecar::SidecarClient>,
 }
 
 impl EmbedderCache {
-    pub fn new(config: &Config) -> Self {
+    pub fn new(config: &Config, sidecar: Option<crate::sidecar::SidecarClient>) -> Self {
         Self {
             local: super::local_embedding::LocalModels::new(config.models_dir.clone()),
             http: reqwest::Client::new(),
+            sidecar,
         }
     }
 
@@ -123,7 +137,13 @@ impl EmbedderCache {
             ProviderKind::OpenAi => Ok(Embedder::OpenAi(Arc::new(
                 super::openai_embedding::OpenAiEmbedder::new(self.http.clone(), spec)?,
             ))),
-            ProviderKind::Local => Ok(Embedder::Local(self.local.get(&spec.model_name).await?)),
+            ProviderKind::Local => match &self.sidecar {
+                Some(client) => Ok(Embedder::Sidecar {
+                    client: client.clone(),
+                    model_name: spec.model_name.clone(),
+                }),
+                None => Ok(Embedder::Local(self.local.get(&spec.model_name).await?)),
+            },
         }
     }
 }

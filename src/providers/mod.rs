@@ -4,3 +4,4 @@ pub mod embedding;
 pub mod hash_embedding;
 pub mod local_embedding;
 pub mod openai_embedding;
+pub mod splitting;

@@ -280,7 +280,7 @@ pub async fn embed_texts(
 fn load_failure(failure: EmbedFailure) -> ApiError {
     let reason = match failure {
         EmbedFailure::Load(reason) | EmbedFailure::Compute(reason) => reason,
-        EmbedFailure::Empty => EmbedFailure::Empty.to_string(),
+        EmbedFailure::Empty | EmbedFailure::Grpc(_) => failure.to_string(),
     };
     invalid(format!("Failed loading embedding model: {reason}"))
 }

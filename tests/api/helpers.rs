@@ -488,3 +488,184 @@ impl TestApp {
         reply.body
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Pipelines, documents and the ingestion worker.
+// ---------------------------------------------------------------------------------------------
+
+/// Starts an app whose worker is driven by the test (`TestApp::step`).
+pub async fn spawn_app_without_worker() -> TestApp {
+    spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await
+}
+
+/// A temporary file (e.g. a license), removed when dropped.
+pub struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    pub fn new(content: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("trove-test-{}.json", Uuid::new_v4()));
+        std::fs::write(&path, content).expect("write temporary file");
+        Self(path)
+    }
+
+    pub fn path(&self) -> String {
+        self.0.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The value of an unlabelled-or-labelled metric line `name{...} value` / `name value` of an
+/// exposition (the first such line), if present.
+pub fn metric_value(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+/// The string at `value[key]` (panics with the value otherwise).
+pub fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
+    value[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no string {key:?} in {value}"))
+}
+
+/// `value[key]` as a UUID.
+pub fn uuid_of(value: &Value, key: &str) -> Uuid {
+    Uuid::parse_str(str_of(value, key)).unwrap_or_else(|e| panic!("{key}: {e} in {value}"))
+}
+
+/// The sorted keys of a JSON object.
+pub fn keys_of(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// `data` of a list envelope.
+pub fn data_of(reply: &Reply) -> &Vec<Value> {
+    reply.body["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no data array: {}", reply.text))
+}
+
+impl TestApp {
+    /// The id of a seeded object by name (`/embedding-models`, `/text-splitters`).
+    pub async fn seeded(&self, path: &str, name: &str) -> String {
+        let reply = self.get(&format!("{path}?name={name}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        reply.body["data"][0]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no seeded {path} named {name}"))
+            .to_owned()
+    }
+
+    /// The body of a pipeline on the `default` model and the `recursive-character` splitter,
+    /// classifications `public`, `internal` (internal inherits public), schema `year`
+    /// (integer), `team` (string); `extra` fields replace these.
+    pub async fn pipeline_body(&self, extra: Value) -> Value {
+        let model = self.seeded("/embedding-models", "default").await;
+        let splitter = self.seeded("/text-splitters", "recursive-character").await;
+        let mut body = serde_json::json!({
+            "name": format!("p-{}", Uuid::new_v4().simple()),
+            "embedding_model_id": model,
+            "default_text_splitter_id": splitter,
+            "classifications": ["public", "internal"],
+            "hierarchy": [["internal", "public"]],
+            "metadata_schema": {"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}}},
+        });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        body
+    }
+
+    /// Creates a pipeline (see [`TestApp::pipeline_body`]); returns the 201 body.
+    pub async fn new_pipeline(&self, extra: Value) -> Value {
+        let body = self.pipeline_body(extra).await;
+        let reply = self.post("/pipelines", &body).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.body
+    }
+
+    /// Creates a pipeline; returns its id.
+    pub async fn new_pipeline_id(&self, extra: Value) -> String {
+        str_of(&self.new_pipeline(extra).await, "id").to_owned()
+    }
+
+    /// `POST /pipelines/{pid}/documents` with the master key.
+    pub async fn submit(&self, pid: &str, body: &Value) -> Reply {
+        self.post(&format!("/pipelines/{pid}/documents"), body)
+            .await
+    }
+
+    /// Submits a `public` document version; returns the 201 body.
+    pub async fn submit_text(&self, pid: &str, external_identifier: &str, text: &str) -> Value {
+        let reply = self
+            .submit(
+                pid,
+                &serde_json::json!({"external_identifier": external_identifier, "classification": "public", "text": text}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        reply.body
+    }
+
+    /// A worker on this app's queue and database.
+    pub async fn worker(&self) -> trove::ingest::worker::Worker {
+        trove::ingest::worker::Worker::from_state(&self.state)
+            .await
+            .expect("worker")
+    }
+
+    /// One worker step (a fresh worker, 300 ms fetch wait).
+    pub async fn step(&self) -> trove::ingest::worker::StepOutcome {
+        self.worker()
+            .await
+            .step(std::time::Duration::from_millis(300))
+            .await
+            .expect("step")
+    }
+
+    /// `SELECT count(*) ... WHERE ... = $1` with one UUID bound.
+    pub async fn count(&self, sql: &'static str, id: &str) -> i64 {
+        let id = Uuid::parse_str(id).expect("uuid");
+        sqlx::query_scalar(sql)
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The value of a metric of `GET /metrics` (0 when absent).
+    pub async fn api_metric(&self, name: &str) -> f64 {
+        let reply = self.send(Method::GET, "/metrics", None, None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        metric_value(&reply.text, name).unwrap_or(0.0)
+    }
+}
+
+/// The value of a worker metric (panics when absent).
+pub fn worker_metric(worker: &trove::ingest::worker::Worker, name: &str) -> f64 {
+    let text = worker.metrics.render();
+    metric_value(&text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
+}

@@ -12,5 +12,6 @@ mod embedding;
 mod ingestion;
 mod license;
 mod lists;
+mod sidecar;
 mod statistics_metrics;
 mod text_splitters;
