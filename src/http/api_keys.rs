@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, EmptyOk, Json, NoContent};
+use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
 use crate::auth::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
 use crate::service::api_keys::{self as service, EntryChange, KeyChange, NewKey};
@@ -169,24 +169,6 @@ pub struct PermissionEntryObject {
     object_id: Uuid,
     permission: u8,
     classifications: Vec<String>,
-}
-
-/// The list envelope (schema only; rows are the resource's objects).
-#[derive(Debug, Object, Serialize)]
-pub struct ListEnvelope {
-    pub data: Vec<Value>,
-    pub page_info: Value,
-    pub query_info: Value,
-}
-
-impl From<crate::store::listing::Envelope> for ListEnvelope {
-    fn from(envelope: crate::store::listing::Envelope) -> Self {
-        Self {
-            data: envelope.data,
-            page_info: Value::Object(envelope.page_info),
-            query_info: Value::Object(envelope.query_info),
-        }
-    }
 }
 
 /// Result of `POST /login`.

@@ -9,9 +9,9 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_qu
 use uuid::Uuid;
 
 use super::ApiTags;
-use super::api_keys::{ListEnvelope, form_pairs};
+use super::api_keys::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, OkOrNoContent};
+use super::respond::{Created, Json, ListEnvelope, OkOrNoContent};
 use crate::error::{ApiError, ApiResult};
 use crate::service::documents::{self as service, NewDocument};
 use crate::startup::AppState;

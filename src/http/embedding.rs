@@ -12,7 +12,7 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_qu
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, NoContent};
+use super::respond::{Created, Json, ListEnvelope, NoContent};
 use crate::auth::ObjectType;
 use crate::error::ApiError;
 use crate::service::embedding_models::{self as service, ModelChange, NewModel};
@@ -101,24 +101,6 @@ pub const MODEL_LIST: ListSpec = ListSpec {
     default_order: &["id"],
 };
 
-/// A page of embedding providers.
-#[derive(Debug, Object, Serialize)]
-pub struct EmbeddingProviderList {
-    /// Embedding provider objects.
-    data: Vec<Value>,
-    page_info: Value,
-    query_info: Value,
-}
-
-/// A page of embedding models.
-#[derive(Debug, Object, Serialize)]
-pub struct EmbeddingModelList {
-    /// Embedding model objects.
-    data: Vec<Value>,
-    page_info: Value,
-    query_info: Value,
-}
-
 /// Body of `POST /embedding-models`.
 #[derive(Debug, Object, Deserialize)]
 pub struct CreateEmbeddingModelBody {
@@ -178,11 +160,7 @@ impl EmbeddingApi {
     /// `name$startswith`, `name$gt|ge|lt|le`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
     /// Every filter appears in `query_info` (null or `[]` when unset).
     #[oai(path = "/embedding-providers", method = "get")]
-    async fn list_providers(
-        &self,
-        auth: Auth,
-        req: &Request,
-    ) -> poem::Result<Json<EmbeddingProviderList>> {
+    async fn list_providers(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
         let request =
             parse_list_query(&PROVIDER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
@@ -192,11 +170,7 @@ impl EmbeddingApi {
         let envelope =
             store::listing::list::<ProviderRow>(&state.pool, &PROVIDER_LIST, &request, base)
                 .await?;
-        Ok(Json(EmbeddingProviderList {
-            data: envelope.data,
-            page_info: Value::Object(envelope.page_info),
-            query_info: Value::Object(envelope.query_info),
-        }))
+        Ok(Json(ListEnvelope::from(envelope)))
     }
 
     /// Get an embedding provider
@@ -219,11 +193,7 @@ impl EmbeddingApi {
     /// `name$gt|ge|lt|le`; `description`, `description$contains`; `provider`; `model_name`,
     /// `model_name$contains`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
     #[oai(path = "/embedding-models", method = "get")]
-    async fn list_models(
-        &self,
-        auth: Auth,
-        req: &Request,
-    ) -> poem::Result<Json<EmbeddingModelList>> {
+    async fn list_models(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
         let request =
             parse_list_query(&MODEL_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
@@ -231,11 +201,7 @@ impl EmbeddingApi {
             store::embedding::models_list_base(auth.0.readable_ids(ObjectType::EmbeddingModels));
         let envelope =
             store::listing::list::<ModelRow>(&state.pool, &MODEL_LIST, &request, base).await?;
-        Ok(Json(EmbeddingModelList {
-            data: envelope.data,
-            page_info: Value::Object(envelope.page_info),
-            query_info: Value::Object(envelope.query_info),
-        }))
+        Ok(Json(ListEnvelope::from(envelope)))
     }
 
     /// Create an embedding model

@@ -9,9 +9,8 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_qu
 use uuid::Uuid;
 
 use super::ApiTags;
-use super::api_keys::ListEnvelope;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, EmptyOk, Json, NoContent};
+use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
 use crate::auth::{AccessLevel, ObjectType};
 use crate::error::ApiError;
 use crate::service::pipelines::{self as service, NewPipelineInput, PipelineChange};

@@ -143,3 +143,24 @@ impl<T: Serialize + Type + Send> ApiResponse for OkOrNoContent<T> {
         T::register(registry);
     }
 }
+
+/// The list envelope: `data` (the page's objects), `page_info`, `query_info`.
+#[derive(Debug, poem_openapi::Object, Serialize)]
+pub struct ListEnvelope {
+    /// The objects of the page.
+    pub data: Vec<serde_json::Value>,
+    /// Cursors or offsets of the page, `order_by`, and `count` when requested.
+    pub page_info: serde_json::Value,
+    /// The filters the server recognized and applied.
+    pub query_info: serde_json::Value,
+}
+
+impl From<crate::store::listing::Envelope> for ListEnvelope {
+    fn from(envelope: crate::store::listing::Envelope) -> Self {
+        Self {
+            data: envelope.data,
+            page_info: serde_json::Value::Object(envelope.page_info),
+            query_info: serde_json::Value::Object(envelope.query_info),
+        }
+    }
+}

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use poem::Request;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, NoContent};
+use super::respond::{Created, Json, ListEnvelope, NoContent};
 use crate::auth::ObjectType;
 use crate::error::ApiError;
 use crate::service::text_splitters::{self as service, NewSplitter, SplitterChange};
@@ -116,25 +116,6 @@ pub struct UpdateTextSplitterBody {
     /// Replaces the parameters whole (defaults filled again); the provider is fixed.
     #[serde(default)]
     parameters: MaybeUndefined<BTreeMap<String, Value>>,
-}
-
-/// A list envelope of text splitters or providers (`data` holds the listed objects).
-#[derive(Debug, Object, Serialize)]
-#[oai(rename = "TextSplitterListEnvelope")]
-pub struct ListEnvelope {
-    data: Vec<Value>,
-    page_info: Value,
-    query_info: Value,
-}
-
-impl From<store::listing::Envelope> for ListEnvelope {
-    fn from(envelope: store::listing::Envelope) -> Self {
-        Self {
-            data: envelope.data,
-            page_info: Value::Object(envelope.page_info),
-            query_info: Value::Object(envelope.query_info),
-        }
-    }
 }
 
 fn to_map(parameters: BTreeMap<String, Value>) -> Map<String, Value> {

@@ -21,7 +21,7 @@ use super::queue::{Job, Queue};
 use crate::auth::license::License;
 use crate::crypto::at_rest::Cipher;
 use crate::metrics::WorkerMetrics;
-use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind};
+use crate::providers::embedding::{EmbedderCache, ModelSpec};
 use crate::providers::splitting::TextSplitting;
 use crate::store::vectors;
 
@@ -84,10 +84,7 @@ struct PipelineForWork {
     default_text_splitter_id: Uuid,
     has_full_text_search: bool,
     ve_id: Option<Uuid>,
-    provider: Option<String>,
-    model_name: Option<String>,
-    parameters: Option<Value>,
-    secret_parameters: Option<Vec<u8>>,
+    embedding_model_id: Option<Uuid>,
     dimensions: Option<i32>,
 }
 
@@ -242,11 +239,9 @@ impl Worker {
             .await
             .map_err(|e| GroupError::License(e.to_string()))?;
         let pipeline: Option<PipelineForWork> = sqlx::query_as(
-            "SELECT p.default_text_splitter_id, p.has_full_text_search, ve.id AS ve_id, em.provider, em.model_name,
-                    em.parameters, em.secret_parameters, em.dimensions
-             FROM pipelines p
-             LEFT JOIN vector_embeddings ve ON ve.pipeline_id = p.id
-             LEFT JOIN embedding_models em ON em.id = ve.embedding_model_id
+            "SELECT p.default_text_splitter_id, p.has_full_text_search, ve.id AS ve_id, ve.embedding_model_id,
+                    ve.dimensions
+             FROM pipelines p LEFT JOIN vector_embeddings ve ON ve.pipeline_id = p.id
              WHERE p.id = $1",
         )
         .bind(pipeline_id)
@@ -336,9 +331,9 @@ impl Worker {
             .iter()
             .flat_map(|p| p.fragments.iter().cloned())
             .collect();
-        let vectors = match (&pipeline.ve_id, &pipeline.provider) {
-            (Some(_), Some(provider)) if !texts.is_empty() => {
-                let spec = self.model_spec(&pipeline, provider)?;
+        let vectors = match pipeline.embedding_model_id {
+            Some(model_id) if !texts.is_empty() => {
+                let spec = self.model_spec(model_id).await?;
                 let embedder = self
                     .embedders
                     .embedder(&spec)
@@ -380,34 +375,13 @@ impl Worker {
         Ok(outcome)
     }
 
-    fn model_spec(
-        &self,
-        pipeline: &PipelineForWork,
-        provider: &str,
-    ) -> Result<ModelSpec, GroupError> {
-        let provider = ProviderKind::parse(provider)
-            .ok_or_else(|| GroupError::Embed(format!("unknown provider {provider}")))?;
-        let mut parameters = pipeline
-            .parameters
-            .clone()
-            .unwrap_or_else(|| Value::Object(Default::default()));
-        if let Some(secret) = &pipeline.secret_parameters {
-            let plain = self
-                .cipher
-                .decrypt(secret)
-                .map_err(|_| GroupError::Embed("Decryption error".to_owned()))?;
-            let secrets: serde_json::Map<String, Value> =
-                serde_json::from_slice(&plain).map_err(|e| GroupError::Embed(e.to_string()))?;
-            if let Some(object) = parameters.as_object_mut() {
-                object.extend(secrets);
-            }
-        }
-        Ok(ModelSpec {
-            provider,
-            model_name: pipeline.model_name.clone().unwrap_or_default(),
-            parameters,
-            dimensions: pipeline.dimensions.and_then(|d| usize::try_from(d).ok()),
-        })
+    /// The embedder description of a stored model, secrets decrypted.
+    async fn model_spec(&self, model_id: Uuid) -> Result<ModelSpec, GroupError> {
+        let stored = crate::store::embedding::model(&self.pool, model_id)
+            .await?
+            .ok_or_else(|| GroupError::Embed(format!("embedding model {model_id} not found")))?;
+        crate::service::embedding_models::model_spec(&self.cipher, &stored)
+            .map_err(|e| GroupError::Embed(e.to_string()))
     }
 
     /// Stores the group's versions; returns, per version, whether it was stored (it may have
