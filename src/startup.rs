@@ -154,16 +154,33 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests (at most 30 s).
+    /// Serves (and runs the worker unless `TROVE_WORKER=false`) until `shutdown` completes,
+    /// then finishes in-flight requests (at most 30 s) and the worker's current batch.
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         tracing::info!(address = %self.local_addr, "listening");
+        let (stop_worker, worker_stopped) = tokio::sync::watch::channel(false);
+        let worker = self
+            .state
+            .config
+            .run_worker
+            .then(|| tokio::spawn(run_worker(self.state.clone(), worker_stopped)));
         let app = crate::http::app(self.state.clone());
-        Server::new_with_acceptor(self.acceptor)
+        let result = Server::new_with_acceptor(self.acceptor)
             .run_with_graceful_shutdown(app, shutdown, Some(Duration::from_secs(30)))
-            .await
+            .await;
+        // Then let the worker finish its current batch.
+        let _ = stop_worker.send(true);
+        if let Some(worker) = worker
+            && tokio::time::timeout(Duration::from_secs(60), worker)
+                .await
+                .is_err()
+        {
+            tracing::warn!("worker did not stop in time");
+        }
+        result
     }
 }
 

@@ -1,7 +1,6 @@
 //! Documents, versions and fragments.
 
 use poem::Request;
-use poem::http::StatusCode;
 use poem_openapi::{Object, OpenApi};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -86,12 +85,9 @@ pub const FRAGMENT_LIST: ListSpec = ListSpec {
     default_order: &["order_id"],
 };
 
-/// Body of a document submission.
+/// Body of `POST /pipelines/{pipeline_id}/documents`.
 #[derive(Debug, Object, Deserialize)]
 pub struct CreateDocumentBody {
-    /// The pipeline (`POST /documents` only; ignored on the nested route).
-    #[serde(default)]
-    pipeline_id: Option<Uuid>,
     /// The client's own id, 1–1024 characters; a known one adds a version.
     external_identifier: String,
     /// A declared classification, equal to earlier versions'.
@@ -108,6 +104,15 @@ pub struct CreateDocumentBody {
     #[serde(default = "yes")]
     #[oai(default = "yes")]
     expire_older_versions: bool,
+}
+
+/// Body of `POST /documents`: the pipeline and the document.
+#[derive(Debug, Object, Deserialize)]
+pub struct CreateDocumentWithPipelineBody {
+    pipeline_id: Uuid,
+    #[serde(flatten)]
+    #[oai(flatten)]
+    document: CreateDocumentBody,
 }
 
 fn empty_object() -> Value {
@@ -278,19 +283,12 @@ impl DocumentsApi {
         &self,
         auth: Auth,
         req: &Request,
-        body: JsonBody<CreateDocumentBody>,
+        body: JsonBody<CreateDocumentWithPipelineBody>,
     ) -> poem::Result<Created<VersionRow>> {
         let state = state(req)?;
         state.metrics.document_queue_added.inc();
         let body = body.0;
-        let Some(pipeline_id) = body.pipeline_id else {
-            return Err(ApiError::Plain {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                message: "Failed to deserialize the JSON body into the target type: missing field `pipeline_id`".to_owned(),
-            }
-            .into());
-        };
-        submit(state, &auth, pipeline_id, body).await
+        submit(state, &auth, body.pipeline_id, body.document).await
     }
 
     /// List documents

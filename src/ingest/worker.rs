@@ -300,8 +300,9 @@ impl Worker {
             let splitter_id = version
                 .text_splitter_id
                 .unwrap_or(pipeline.default_text_splitter_id);
-            if !splitters.contains_key(&splitter_id) {
-                splitters.insert(splitter_id, load_splitter(&self.pool, splitter_id).await?);
+            if let std::collections::btree_map::Entry::Vacant(entry) = splitters.entry(splitter_id)
+            {
+                entry.insert(load_splitter(&self.pool, splitter_id).await?);
             }
             let fragments = match splitters.get(&splitter_id) {
                 Some(config) => self

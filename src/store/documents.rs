@@ -220,7 +220,7 @@ pub async fn expire(
     .await?;
     tx.commit().await?;
     let mut rows = rows;
-    rows.sort_by(|a, b| b.version.cmp(&a.version));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.version));
     Ok(rows)
 }
 

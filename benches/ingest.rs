@@ -1,0 +1,213 @@
+//! End-to-end ingestion through HTTP: starts Trove in this process (API and worker) against the
+//! test Postgres and NATS, submits documents of about 2 KB with 16 concurrent clients, and
+//! waits until every version is `success`. Reports documents/s and fragments/s.
+//!
+//! Run: `scripts/bench-ingest [documents] [model]`, or directly
+//! `TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo bench --bench ingest -- 10000 hash`
+//! (`model` is `hash` (default) or `local` for all-MiniLM-L6-v2 from `TROVE_MODELS_DIR`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a load tool: failures abort the run"
+)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection};
+use tokio::sync::Semaphore;
+use trove::config::{Config, QueueNames};
+use trove::startup::Application;
+use uuid::Uuid;
+
+const SECRET: &str = "BenchBenchBenchBenchBenchBenchBenchBenchBench+/01";
+
+fn words(seed: usize, count: usize) -> String {
+    const VOCABULARY: [&str; 24] = [
+        "harbour", "ledger", "river", "signal", "engine", "market", "winter", "orchard", "copper",
+        "lantern", "meadow", "archive", "bridge", "canvas", "delta", "forest", "granite",
+        "horizon", "island", "journal", "kernel", "lattice", "mosaic", "nectar",
+    ];
+    (0..count)
+        .map(|i| VOCABULARY[(seed * 7 + i * 13 + i / 5) % VOCABULARY.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// About 2 KB of text in paragraphs.
+fn document(seed: usize) -> String {
+    (0..4)
+        .map(|p| format!("Section {p} of record {seed}. {}", words(seed + p, 70)))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let documents: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let model = args.get(1).cloned().unwrap_or_else(|| "hash".to_owned());
+    let admin = std::env::var("TROVE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned());
+    let nats = std::env::var("TROVE_TEST_NATS_URL")
+        .unwrap_or_else(|_| "nats://127.0.0.1:54222".to_owned());
+
+    let database = format!("trove_bench_{}", Uuid::new_v4().simple());
+    let mut conn = PgConnection::connect(&admin)
+        .await
+        .expect("database server");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut conn)
+        .await
+        .expect("create db");
+    let root = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(r, _)| r)
+        .to_owned();
+    let master = Uuid::new_v4();
+    let env = std::collections::HashMap::from([
+        ("TROVE_DATABASE_URL", format!("{root}/{database}")),
+        ("TROVE_NATS_URL", nats),
+        ("TROVE_LISTEN", "127.0.0.1:0".to_owned()),
+        ("TROVE_MASTER_KEY_ID", master.to_string()),
+        ("TROVE_MASTER_KEY_SECRET", SECRET.to_owned()),
+        (
+            "TROVE_SECRET",
+            "YmVuY2hiZW5jaGJlbmNoYmVuY2hiZW5jaGJlbmNoYmU=".to_owned(),
+        ),
+        ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
+        ("TROVE_LOG", "warn".to_owned()),
+        (
+            "TROVE_MODELS_DIR",
+            std::env::var("TROVE_MODELS_DIR").unwrap_or_default(),
+        ),
+    ]);
+    let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("config");
+    let tag = Uuid::new_v4().simple().to_string();
+    config.queue = QueueNames {
+        stream: format!("BENCH_{tag}"),
+        subject_prefix: format!("bench.{tag}"),
+        consumer: format!("bench-{tag}"),
+        ..QueueNames::default()
+    };
+    let app = Application::build(config).await.expect("trove starts");
+    let base = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run_until(std::future::pending()));
+
+    let client = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: &str| {
+        client
+            .request(method, format!("{base}{path}"))
+            .header("x-api-key", master.to_string())
+            .header("x-api-key-secret", SECRET)
+    };
+    let models: Value = call(reqwest::Method::GET, "/embedding-models")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let model_id = match model.as_str() {
+        "local" => {
+            let created: Value = call(reqwest::Method::POST, "/embedding-models")
+                .json(&json!({"name": "minilm", "provider": "local", "model_name": "all-MiniLM-L6-v2"}))
+                .send().await.unwrap().json().await.unwrap();
+            created["id"].clone()
+        }
+        _ => models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "default")
+            .unwrap()["id"]
+            .clone(),
+    };
+    let splitters: Value = call(
+        reqwest::Method::GET,
+        "/text-splitters?name=recursive-character",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let pipeline: Value = call(reqwest::Method::POST, "/pipelines")
+        .json(&json!({"name": "bench", "embedding_model_id": model_id, "default_text_splitter_id": splitters["data"][0]["id"],
+                      "classifications": ["c"], "has_full_text_search": true}))
+        .send().await.unwrap().json().await.unwrap();
+    let pid = pipeline["id"]
+        .as_str()
+        .expect("pipeline created")
+        .to_owned();
+    println!(
+        "ingesting {documents} documents of ~{} bytes with the {model} embedder",
+        document(0).len()
+    );
+
+    let started = Instant::now();
+    let gate = Arc::new(Semaphore::new(16));
+    let mut tasks = Vec::with_capacity(documents);
+    for i in 0..documents {
+        let permit = gate.clone().acquire_owned().await.unwrap();
+        let request = call(reqwest::Method::POST, &format!("/pipelines/{pid}/documents"))
+            .json(&json!({"external_identifier": format!("doc-{i}"), "classification": "c", "text": document(i)}));
+        tasks.push(tokio::spawn(async move {
+            let status = request.send().await.map(|r| r.status()).ok();
+            drop(permit);
+            status
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Some(reqwest::StatusCode::CREATED));
+    }
+    let submitted = started.elapsed();
+    loop {
+        let page: Value = call(
+            reqwest::Method::GET,
+            &format!("/pipelines/{pid}/documents?status=success&count=true&first=0"),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        if page["page_info"]["count"].as_u64() == Some(documents as u64) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = started.elapsed();
+    let mut db = PgConnection::connect(&format!("{root}/{database}"))
+        .await
+        .unwrap();
+    let fragments: i64 = sqlx::query_scalar("SELECT count(*) FROM fragments")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    let seconds = elapsed.as_secs_f64();
+    println!(
+        "submitted in {:.1} s; all success after {seconds:.1} s",
+        submitted.as_secs_f64()
+    );
+    println!("{documents} documents, {fragments} fragments");
+    println!(
+        "{:.0} documents/s, {:.0} fragments/s",
+        documents as f64 / seconds,
+        fragments as f64 / seconds
+    );
+    drop(db);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await
+    .ok();
+}

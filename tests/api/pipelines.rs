@@ -1,0 +1,1129 @@
+//! Pipelines, their classifications and metadata indexes (addendum §5, §7).
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    TestApp, assert_error, assert_utc_timestamp, data_of, is_uuid, keys_of, spawn_app,
+    spawn_app_without_worker, str_of, uuid_of,
+};
+
+/// The fields of a pipeline object, sorted.
+const PIPELINE_FIELDS: [&str; 10] = [
+    "created_at",
+    "default_text_splitter_id",
+    "default_vector_embedding_id",
+    "description",
+    "embedding_models",
+    "has_full_text_search",
+    "id",
+    "metadata_schema",
+    "name",
+    "updated_at",
+];
+
+fn assert_invalid_parameter(reply: &crate::helpers::Reply, error: &str) {
+    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
+    assert_eq!(
+        reply.body["error"]["details"],
+        json!({"error": error}),
+        "{}",
+        reply.text
+    );
+}
+
+fn assert_schema_error(reply: &crate::helpers::Reply) {
+    assert_error(reply, StatusCode::BAD_REQUEST, "Schema error");
+    assert!(
+        reply.body["error"].get("details").is_none(),
+        "Schema error has no details: {}",
+        reply.text
+    );
+}
+
+fn assert_not_found_with_id(reply: &crate::helpers::Reply, message: &str, id: &str) {
+    assert_error(reply, StatusCode::NOT_FOUND, message);
+    assert_eq!(
+        reply.body["error"]["details"],
+        json!({"id": id}),
+        "{}",
+        reply.text
+    );
+}
+
+async fn pipeline_count(app: &TestApp) -> usize {
+    let reply = app.get("/pipelines").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    data_of(&reply).len()
+}
+
+#[tokio::test]
+async fn create_returns_the_pipeline_object_without_classifications() {
+    let app = spawn_app().await;
+    let model = app.seeded("/embedding-models", "default").await;
+    let splitter = app.seeded("/text-splitters", "recursive-character").await;
+    let schema = json!({"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": ["string", "null"]}}, "required": ["year"]});
+    let body = app
+        .pipeline_body(
+            json!({"name": "handbook", "description": "Staff handbook", "metadata_schema": schema}),
+        )
+        .await;
+    let reply = app.post("/pipelines", &body).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let pipeline = reply.body.clone();
+    assert_eq!(keys_of(&pipeline), PIPELINE_FIELDS, "{pipeline}");
+    assert!(is_uuid(str_of(&pipeline, "id")));
+    assert_eq!(pipeline["name"], "handbook");
+    assert_eq!(pipeline["description"], "Staff handbook");
+    assert_eq!(pipeline["default_text_splitter_id"], json!(splitter));
+    assert_eq!(pipeline["has_full_text_search"], false);
+    assert_eq!(pipeline["metadata_schema"], schema);
+    let created = assert_utc_timestamp(&pipeline["created_at"]);
+    let updated = assert_utc_timestamp(&pipeline["updated_at"]);
+    assert!(updated >= created);
+
+    // The vector embedding id is the association, not the model id; the model object is
+    // nested under it.
+    let ve = str_of(&pipeline, "default_vector_embedding_id");
+    assert!(is_uuid(ve));
+    assert_ne!(ve, model, "default_vector_embedding_id is not the model id");
+    let models = pipeline["embedding_models"].as_object().expect("object");
+    assert_eq!(models.len(), 1, "{pipeline}");
+    let nested = &models[ve];
+    assert_eq!(nested["id"], json!(model));
+    assert_eq!(nested["name"], "default");
+    assert_eq!(nested["dimensions"], 384);
+    assert!(nested.get("provider").is_some() && nested.get("model_name").is_some());
+
+    // GET answers the same object.
+    let id = str_of(&pipeline, "id");
+    let read = app.get(&format!("/pipelines/{id}")).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.text);
+    assert_eq!(read.body, pipeline);
+
+    // Defaults: description null, schema `{"type":"object","properties":{}}`.
+    let body = json!({
+        "name": "bare",
+        "embedding_model_id": model,
+        "default_text_splitter_id": splitter,
+        "classifications": ["public"],
+    });
+    let reply = app.post("/pipelines", &body).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(keys_of(&reply.body), PIPELINE_FIELDS);
+    assert_eq!(reply.body["description"], Value::Null);
+    assert_eq!(reply.body["has_full_text_search"], false);
+    assert_eq!(
+        reply.body["metadata_schema"],
+        json!({"type": "object", "properties": {}})
+    );
+}
+
+#[tokio::test]
+async fn full_text_only_pipelines_have_no_embedding_model() {
+    let app = spawn_app().await;
+    let reply = app
+        .post(
+            "/pipelines",
+            &app.pipeline_body(json!({"embedding_model_id": null, "has_full_text_search": true}))
+                .await,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(reply.body["default_vector_embedding_id"], Value::Null);
+    assert_eq!(reply.body["embedding_models"], json!({}));
+    assert_eq!(reply.body["has_full_text_search"], true);
+
+    // Omitting the model is the same as null.
+    let mut body = app
+        .pipeline_body(json!({"has_full_text_search": true}))
+        .await;
+    body.as_object_mut().unwrap().remove("embedding_model_id");
+    let reply = app.post("/pipelines", &body).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(reply.body["embedding_models"], json!({}));
+
+    // A model and full-text search together.
+    let reply = app
+        .post(
+            "/pipelines",
+            &app.pipeline_body(json!({"has_full_text_search": true}))
+                .await,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert!(reply.body["default_vector_embedding_id"].is_string());
+    assert_eq!(reply.body["has_full_text_search"], true);
+
+    // No model and no full-text search.
+    for extra in [
+        json!({"embedding_model_id": null}),
+        json!({"embedding_model_id": null, "has_full_text_search": false}),
+    ] {
+        let reply = app
+            .post("/pipelines", &app.pipeline_body(extra).await)
+            .await;
+        assert_invalid_parameter(
+            &reply,
+            "A pipeline without embedding model requires full-text search",
+        );
+    }
+    assert_eq!(pipeline_count(&app).await, 3);
+}
+
+#[tokio::test]
+async fn invalid_names_and_classifications_are_400_invalid_parameter() {
+    let app = spawn_app().await;
+    let long_name = "n".repeat(256);
+    let long_classification = "c".repeat(256);
+    let cases = [
+        (json!({"name": ""}), "Invalid name".to_owned()),
+        (json!({"name": long_name}), "Invalid name".to_owned()),
+        (
+            json!({"classifications": [], "hierarchy": []}),
+            "At least one classification is required".to_owned(),
+        ),
+        (
+            json!({"classifications": ["*"], "hierarchy": []}),
+            "Invalid classification: *".to_owned(),
+        ),
+        (
+            json!({"classifications": ["public", ""], "hierarchy": []}),
+            "Invalid classification: ".to_owned(),
+        ),
+        (
+            json!({"classifications": [long_classification], "hierarchy": []}),
+            format!("Invalid classification: {long_classification}"),
+        ),
+        (
+            json!({"classifications": ["a", "b", "a"], "hierarchy": []}),
+            "Invalid classification: a".to_owned(),
+        ),
+        (
+            json!({"classifications": ["a"], "hierarchy": [["a", "x"]]}),
+            "Unknown classification in hierarchy: x".to_owned(),
+        ),
+        (
+            json!({"classifications": ["a"], "hierarchy": [["y", "a"]]}),
+            "Unknown classification in hierarchy: y".to_owned(),
+        ),
+        (
+            json!({"classifications": ["a", "b"], "hierarchy": [["a", "a"]]}),
+            "Classification hierarchy contains a cycle".to_owned(),
+        ),
+        (
+            json!({"classifications": ["a", "b", "c"], "hierarchy": [["a", "b"], ["b", "c"], ["c", "a"]]}),
+            "Classification hierarchy contains a cycle".to_owned(),
+        ),
+        (
+            json!({"classifications": ["a", "b"], "hierarchy": [["a", "b"], ["b", "a"]]}),
+            "Classification hierarchy contains a cycle".to_owned(),
+        ),
+    ];
+    for (extra, error) in cases {
+        let reply = app
+            .post("/pipelines", &app.pipeline_body(extra.clone()).await)
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{extra}: {}",
+            reply.text
+        );
+        assert_invalid_parameter(&reply, &error);
+    }
+    assert_eq!(pipeline_count(&app).await, 0, "nothing was created");
+
+    // Edge values that are valid: 255 characters, a diamond (no cycle).
+    let reply = app
+        .post(
+            "/pipelines",
+            &app.pipeline_body(json!({
+                "name": "n".repeat(255),
+                "classifications": ["a", "b", "c", "d", "e".repeat(255)],
+                "hierarchy": [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]],
+            }))
+            .await,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+}
+
+#[tokio::test]
+async fn invalid_metadata_schemas_are_schema_errors() {
+    let app = spawn_app().await;
+    let bad = [
+        // array types, at any depth
+        json!({"type": "object", "properties": {"tags": {"type": "array"}}}),
+        json!({"type": "object", "properties": {"tags": {"type": ["array", "null"]}}}),
+        json!({"type": "object", "properties": {"o": {"type": "object", "properties": {"tags": {"type": "array"}}}}}),
+        // array keywords
+        json!({"type": "object", "properties": {"a": {"type": "string", "items": {"type": "string"}}}}),
+        json!({"type": "object", "properties": {"a": {"type": "object", "prefixItems": []}}}),
+        json!({"type": "object", "properties": {"a": {"type": "object", "contains": {}}}}),
+        // a type other than object
+        json!({"type": "string"}),
+        json!({"type": "array", "items": {}}),
+        // not an object at all
+        json!("schema"),
+        // property names that are not identifiers
+        json!({"type": "object", "properties": {"1year": {"type": "integer"}}}),
+        json!({"type": "object", "properties": {"team-name": {"type": "string"}}}),
+        json!({"type": "object", "properties": {"a.b": {"type": "string"}}}),
+        // property types outside the allowed set
+        json!({"type": "object", "properties": {"a": {}}}),
+        json!({"type": "object", "properties": {"a": {"type": "date"}}}),
+        json!({"type": "object", "properties": {"a": {"type": ["string", "integer"]}}}),
+        // a schema that does not compile
+        json!({"type": "object", "properties": {"a": {"type": "string", "minLength": "x"}}}),
+    ];
+    for schema in bad {
+        let reply = app
+            .post(
+                "/pipelines",
+                &app.pipeline_body(json!({"metadata_schema": schema.clone()}))
+                    .await,
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{schema}: {}",
+            reply.text
+        );
+        assert_schema_error(&reply);
+    }
+    assert_eq!(pipeline_count(&app).await, 0);
+
+    // Accepted: nullable pairs, objects with inner properties, other keywords, no `type`.
+    for schema in [
+        json!({"type": "object", "properties": {"a": {"type": ["integer", "null"]}, "b": {"type": "number", "minimum": 0}, "c": {"type": "boolean"}}}),
+        json!({"type": "object", "properties": {"author": {"type": "object", "properties": {"name": {"type": "string"}}}}, "required": ["author"], "additionalProperties": false}),
+        json!({"properties": {"lang": {"type": "string", "enum": ["en", "fr"]}, "_x1": {"type": "string", "format": "date"}}}),
+    ] {
+        let reply = app
+            .post(
+                "/pipelines",
+                &app.pipeline_body(json!({"metadata_schema": schema.clone()}))
+                    .await,
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::CREATED,
+            "{schema}: {}",
+            reply.text
+        );
+        assert_eq!(reply.body["metadata_schema"], schema);
+    }
+}
+
+#[tokio::test]
+async fn referenced_model_and_splitter_must_exist_and_be_readable() {
+    let app = spawn_app().await;
+    let missing = uuid::Uuid::new_v4().to_string();
+    let reply = app
+        .post(
+            "/pipelines",
+            &app.pipeline_body(json!({"embedding_model_id": missing}))
+                .await,
+        )
+        .await;
+    assert_not_found_with_id(&reply, "Embedding model not found", &missing);
+    let reply = app
+        .post(
+            "/pipelines",
+            &app.pipeline_body(json!({"default_text_splitter_id": missing}))
+                .await,
+        )
+        .await;
+    assert_not_found_with_id(&reply, "Text Splitter not found", &missing);
+
+    // Existing but unreadable references are reported the same way.
+    let model = app.seeded("/embedding-models", "default").await;
+    let splitter = app.seeded("/text-splitters", "recursive-character").await;
+    let body = app.pipeline_body(json!({})).await;
+    let no_model_read = app
+        .create_key(json!({"pipelines": 6, "text-splitters": 4}), json!(["*"]))
+        .await;
+    let reply = app
+        .send_as(&no_model_read, Method::POST, "/pipelines", Some(&body))
+        .await;
+    assert_not_found_with_id(&reply, "Embedding model not found", &model);
+    let no_splitter_read = app
+        .create_key(json!({"pipelines": 6, "embedding-models": 4}), json!(["*"]))
+        .await;
+    let reply = app
+        .send_as(&no_splitter_read, Method::POST, "/pipelines", Some(&body))
+        .await;
+    assert_not_found_with_id(&reply, "Text Splitter not found", &splitter);
+    let both = app
+        .create_key(
+            json!({"pipelines": 6, "embedding-models": 4, "text-splitters": 4}),
+            json!(["*"]),
+        )
+        .await;
+    let reply = app
+        .send_as(&both, Method::POST, "/pipelines", Some(&body))
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(pipeline_count(&app).await, 1);
+}
+
+#[tokio::test]
+async fn duplicate_names_conflict_and_creation_needs_write_on_the_type() {
+    let app = spawn_app().await;
+    let body = app.pipeline_body(json!({"name": "unique"})).await;
+    let reply = app.post("/pipelines", &body).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let reply = app.post("/pipelines", &body).await;
+    assert_error(&reply, StatusCode::CONFLICT, "Conflict unique error");
+
+    let reader = app
+        .create_key(
+            json!({"pipelines": 5, "embedding-models": 4, "text-splitters": 4}),
+            json!(["*"]),
+        )
+        .await;
+    let other = app.pipeline_body(json!({})).await;
+    let reply = app
+        .send_as(&reader, Method::POST, "/pipelines", Some(&other))
+        .await;
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        "Unauthorized: access level AccessLevel(WRITE) required for pipelines with id None",
+    );
+    assert_eq!(pipeline_count(&app).await, 1);
+}
+
+#[tokio::test]
+async fn list_filters_pagination_and_visibility() {
+    let app = spawn_app().await;
+    let one = app
+        .new_pipeline(json!({"name": "alpha-one", "description": "first"}))
+        .await;
+    let two = app
+        .new_pipeline(
+            json!({"name": "alpha-two", "embedding_model_id": null, "has_full_text_search": true}),
+        )
+        .await;
+    let three = app.new_pipeline(json!({"name": "beta-three"})).await;
+    let names = |reply: &crate::helpers::Reply| -> Vec<String> {
+        data_of(reply)
+            .iter()
+            .map(|p| str_of(p, "name").to_owned())
+            .collect()
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+
+    let reply = app.get("/pipelines").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        sorted(names(&reply)),
+        ["alpha-one", "alpha-two", "beta-three"]
+    );
+    assert_eq!(data_of(&reply)[0].as_object().unwrap().len(), 10);
+
+    let reply = app.get("/pipelines?name$startswith=alpha").await;
+    assert_eq!(sorted(names(&reply)), ["alpha-one", "alpha-two"]);
+    assert_eq!(
+        reply.body["query_info"]["name$startswith"], "alpha",
+        "{}",
+        reply.text
+    );
+    let reply = app.get("/pipelines?name$contains=two").await;
+    assert_eq!(names(&reply), ["alpha-two"]);
+    let reply = app
+        .get("/pipelines?name$contains=a&name$contains=three")
+        .await;
+    assert_eq!(names(&reply), ["beta-three"]);
+    let reply = app.get("/pipelines?has_full_text_search=true").await;
+    assert_eq!(names(&reply), ["alpha-two"]);
+    let reply = app.get("/pipelines?has_full_text_search=false").await;
+    assert_eq!(sorted(names(&reply)), ["alpha-one", "beta-three"]);
+    let reply = app.get("/pipelines?name=beta-three").await;
+    assert_eq!(names(&reply), ["beta-three"]);
+    let reply = app.get("/pipelines?description$contains=irs").await;
+    assert_eq!(names(&reply), ["alpha-one"]);
+    let id = str_of(&three, "id");
+    let reply = app.get(&format!("/pipelines?id={id}")).await;
+    assert_eq!(names(&reply), ["beta-three"]);
+
+    // Ordering and both pagination modes.
+    let reply = app.get("/pipelines?order_by=-name").await;
+    assert_eq!(names(&reply), ["beta-three", "alpha-two", "alpha-one"]);
+    let reply = app.get("/pipelines?order_by=name&first=2").await;
+    assert_eq!(names(&reply), ["alpha-one", "alpha-two"]);
+    assert_eq!(reply.body["page_info"]["has_next"], true, "{}", reply.text);
+    let after = str_of(&reply.body["page_info"], "after").to_owned();
+    let reply = app
+        .get(&format!("/pipelines?order_by=name&first=2&after={after}"))
+        .await;
+    assert_eq!(names(&reply), ["beta-three"]);
+    assert_eq!(reply.body["page_info"]["has_next"], false);
+    let reply = app
+        .get("/pipelines?order_by=name&limit=1&offset=1&count=true")
+        .await;
+    assert_eq!(names(&reply), ["alpha-two"]);
+    assert_eq!(reply.body["page_info"]["count"], 3, "{}", reply.text);
+    let reply = app.get("/pipelines?order_by=has_full_text_search").await;
+    assert_error(
+        &reply,
+        StatusCode::BAD_REQUEST,
+        "Invalid order_by parameter",
+    );
+
+    // A key sees only what it can read.
+    let key = app.create_key(json!({}), json!([])).await;
+    let reply = app.send_as(&key, Method::GET, "/pipelines", None).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(data_of(&reply).is_empty(), "{}", reply.text);
+    app.grant(
+        &key.0,
+        json!([{"object_type": "pipelines", "object_id": str_of(&two, "id"), "permission": 4}]),
+    )
+    .await;
+    let reply = app.send_as(&key, Method::GET, "/pipelines", None).await;
+    assert_eq!(names(&reply), ["alpha-two"]);
+    let _ = one;
+}
+
+#[tokio::test]
+async fn get_of_unknown_or_unreadable_pipeline_is_404_with_id() {
+    let app = spawn_app().await;
+    let missing = uuid::Uuid::new_v4().to_string();
+    let reply = app.get(&format!("/pipelines/{missing}")).await;
+    assert_not_found_with_id(&reply, "Pipeline not found", &missing);
+
+    let id = app.new_pipeline_id(json!({})).await;
+    for permissions in [json!({}), json!({"pipelines": 3}), json!({"agents": 7})] {
+        let key = app.create_key(permissions.clone(), json!(["*"])).await;
+        let reply = app
+            .send_as(&key, Method::GET, &format!("/pipelines/{id}"), None)
+            .await;
+        assert_not_found_with_id(&reply, "Pipeline not found", &id);
+    }
+    // Read on the object alone is enough, including the nested embedding model.
+    let key = app.create_key(json!({}), json!([])).await;
+    app.grant(
+        &key.0,
+        json!([{"object_type": "pipelines", "object_id": id, "permission": 4}]),
+    )
+    .await;
+    let reply = app
+        .send_as(&key, Method::GET, &format!("/pipelines/{id}"), None)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        reply.body["embedding_models"].as_object().map(|m| m.len()),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn patch_changes_name_description_splitter_and_compatible_schema() {
+    let app = spawn_app().await;
+    let created = app
+        .new_pipeline(json!({"name": "before", "description": "old"}))
+        .await;
+    let id = str_of(&created, "id").to_owned();
+    let path = format!("/pipelines/{id}");
+    let created_updated = assert_utc_timestamp(&created["updated_at"]);
+
+    let reply = app
+        .patch(&path, &json!({"name": "after", "description": "new"}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(keys_of(&reply.body), PIPELINE_FIELDS);
+    assert_eq!(reply.body["name"], "after");
+    assert_eq!(reply.body["description"], "new");
+    assert_eq!(reply.body["created_at"], created["created_at"]);
+    assert!(assert_utc_timestamp(&reply.body["updated_at"]) > created_updated);
+
+    // `{}` changes nothing; description null clears it.
+    let reply = app.patch(&path, &json!({})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["name"], "after");
+    let reply = app.patch(&path, &json!({"description": null})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["description"], Value::Null);
+    assert_eq!(reply.body["name"], "after");
+
+    let character = app.seeded("/text-splitters", "character").await;
+    let reply = app
+        .patch(&path, &json!({"default_text_splitter_id": character}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["default_text_splitter_id"], json!(character));
+
+    // Compatible: a property added, the others kept with their types.
+    let wider = json!({"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}, "lang": {"type": "string"}}});
+    let reply = app.patch(&path, &json!({"metadata_schema": wider})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["metadata_schema"], wider);
+
+    // Incompatible or invalid schemas.
+    for schema in [
+        json!({"type": "object", "properties": {"year": {"type": "string"}, "team": {"type": "string"}, "lang": {"type": "string"}}}),
+        json!({"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}}}),
+        json!({"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}, "lang": {"type": "string"}}, "required": ["year"]}),
+        json!({"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}, "lang": {"type": "string"}, "tags": {"type": "array"}}}),
+    ] {
+        let reply = app
+            .patch(&path, &json!({"metadata_schema": schema.clone()}))
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{schema}: {}",
+            reply.text
+        );
+        assert_schema_error(&reply);
+    }
+    let reply = app.get(&path).await;
+    assert_eq!(
+        reply.body["metadata_schema"], wider,
+        "refused schemas are not stored"
+    );
+
+    // Embedding model, full-text search and classifications are not changed here.
+    let other = app.create_hash_model("other-model", 16).await;
+    let before = app.get(&path).await.body;
+    let reply = app
+        .patch(
+            &path,
+            &json!({
+                "embedding_model_id": other["id"],
+                "default_vector_embedding_id": uuid::Uuid::new_v4(),
+                "has_full_text_search": true,
+                "classifications": ["x"],
+            }),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    for field in [
+        "default_vector_embedding_id",
+        "embedding_models",
+        "has_full_text_search",
+        "name",
+        "metadata_schema",
+    ] {
+        assert_eq!(reply.body[field], before[field], "{field} changed");
+    }
+    let classes = app.get(&format!("{path}/classifications")).await;
+    assert_eq!(
+        classes.body["classifications"],
+        json!(["internal", "public"])
+    );
+
+    // Errors.
+    let reply = app.patch(&path, &json!({"name": ""})).await;
+    assert_invalid_parameter(&reply, "Invalid name");
+    app.new_pipeline(json!({"name": "taken"})).await;
+    let reply = app.patch(&path, &json!({"name": "taken"})).await;
+    assert_error(&reply, StatusCode::CONFLICT, "Conflict unique error");
+    let missing = uuid::Uuid::new_v4().to_string();
+    let reply = app
+        .patch(&path, &json!({"default_text_splitter_id": missing}))
+        .await;
+    assert_not_found_with_id(&reply, "Text Splitter not found", &missing);
+    let reply = app
+        .patch(&format!("/pipelines/{missing}"), &json!({"name": "x"}))
+        .await;
+    assert_not_found_with_id(&reply, "Pipeline not found", &missing);
+    let reader = app.create_key(json!({"pipelines": 5}), json!(["*"])).await;
+    let reply = app
+        .send_as(
+            &reader,
+            Method::PATCH,
+            &path,
+            Some(&json!({"name": "mine"})),
+        )
+        .await;
+    assert_not_found_with_id(&reply, "Pipeline not found", &id);
+    assert_eq!(app.get(&path).await.body["name"], "after");
+}
+
+#[tokio::test]
+async fn delete_removes_the_pipeline_and_everything_in_it() {
+    let app = spawn_app_without_worker().await;
+    let pipeline = app.new_pipeline(json!({})).await;
+    let id = str_of(&pipeline, "id").to_owned();
+    let ve = uuid_of(&pipeline, "default_vector_embedding_id");
+    let keep = app.new_pipeline_id(json!({})).await;
+    app.submit_text(&id, "a", &"alpha text. ".repeat(200)).await;
+    app.submit_text(&id, "b", "beta text").await;
+    app.submit_text(&keep, "c", "kept text").await;
+    let index = app
+        .post(
+            &format!("/pipelines/{id}/indexes"),
+            &json!({"field": "year"}),
+        )
+        .await;
+    assert_eq!(index.status, StatusCode::CREATED, "{}", index.text);
+    let index_name = format!("pidx_{}", uuid_of(&index.body, "id").simple());
+    let outcome = app.step().await;
+    assert_eq!(outcome.stored, 3, "{outcome:?}");
+    let key = app.create_key(json!({}), json!([])).await;
+    app.grant(
+        &key.0,
+        json!([{"object_type": "pipelines", "object_id": id, "permission": 4}]),
+    )
+    .await;
+
+    let vector_table = format!("vectors_{}", ve.simple());
+    let table_exists = |name: String| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL")
+                .bind(name)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(
+        app.count("SELECT count(*) FROM fragments WHERE pipeline_id = $1", &id)
+            .await
+            > 0
+    );
+    assert!(table_exists(vector_table.clone()).await);
+    assert!(table_exists(index_name.clone()).await);
+
+    // Without write: as if missing.
+    let reply = app
+        .send_as(&key, Method::DELETE, &format!("/pipelines/{id}"), None)
+        .await;
+    assert_not_found_with_id(&reply, "Pipeline not found", &id);
+
+    let reply = app.delete(&format!("/pipelines/{id}")).await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert!(reply.text.is_empty());
+    let reply = app.get(&format!("/pipelines/{id}")).await;
+    assert_not_found_with_id(&reply, "Pipeline not found", &id);
+    let reply = app.delete(&format!("/pipelines/{id}")).await;
+    assert_not_found_with_id(&reply, "Pipeline not found", &id);
+
+    for sql in [
+        "SELECT count(*) FROM documents WHERE pipeline_id = $1",
+        "SELECT count(*) FROM fragments WHERE pipeline_id = $1",
+        "SELECT count(*) FROM classifications WHERE pipeline_id = $1",
+        "SELECT count(*) FROM pipeline_indexes WHERE pipeline_id = $1",
+        "SELECT count(*) FROM vector_embeddings WHERE pipeline_id = $1",
+        "SELECT count(*) FROM permissions WHERE object_id = $1",
+    ] {
+        assert_eq!(app.count(sql, &id).await, 0, "{sql}");
+    }
+    assert!(!table_exists(vector_table).await, "vector table dropped");
+    assert!(!table_exists(index_name).await, "metadata index dropped");
+    let texts: i64 = sqlx::query_scalar("SELECT count(*) FROM document_texts")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(texts, 0);
+
+    // The other pipeline is untouched.
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM documents WHERE pipeline_id = $1",
+            &keep
+        )
+        .await,
+        1
+    );
+    assert!(
+        app.count(
+            "SELECT count(*) FROM fragments WHERE pipeline_id = $1",
+            &keep
+        )
+        .await
+            > 0
+    );
+    let reply = app.get("/pipelines").await;
+    assert_eq!(data_of(&reply).len(), 1);
+}
+
+#[tokio::test]
+async fn classifications_are_read_and_replaced_with_allow_list_star() {
+    let app = spawn_app().await;
+    let id = app.new_pipeline_id(json!({})).await;
+    let path = format!("/pipelines/{id}/classifications");
+    let reply = app.get(&path).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(keys_of(&reply.body), ["classifications", "hierarchy"]);
+    let mut names: Vec<String> =
+        serde_json::from_value(reply.body["classifications"].clone()).unwrap();
+    names.sort();
+    assert_eq!(names, ["internal", "public"]);
+    assert_eq!(reply.body["hierarchy"], json!([["internal", "public"]]));
+
+    let reply = app
+        .post(
+            &path,
+            &json!({"classifications": ["public", "internal", "secret"], "hierarchy": [["secret", "internal"], ["internal", "public"]]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(reply.text.is_empty(), "empty body: {:?}", reply.text);
+    let reply = app.get(&path).await;
+    let mut names: Vec<String> =
+        serde_json::from_value(reply.body["classifications"].clone()).unwrap();
+    names.sort();
+    assert_eq!(names, ["internal", "public", "secret"]);
+    let mut pairs: Vec<(String, String)> =
+        serde_json::from_value(reply.body["hierarchy"].clone()).unwrap();
+    pairs.sort();
+    assert_eq!(
+        pairs,
+        [
+            ("internal".to_owned(), "public".to_owned()),
+            ("secret".to_owned(), "internal".to_owned())
+        ]
+    );
+
+    // Hierarchy defaults to [] and the whole set is replaced.
+    let reply = app
+        .post(&path, &json!({"classifications": ["public", "internal"]}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let reply = app.get(&path).await;
+    assert_eq!(reply.body["hierarchy"], json!([]));
+    assert_eq!(reply.body["classifications"].as_array().unwrap().len(), 2);
+
+    // Validated as at create; nothing changes on error.
+    for (body, error) in [
+        (
+            json!({"classifications": []}),
+            "At least one classification is required",
+        ),
+        (
+            json!({"classifications": ["*"]}),
+            "Invalid classification: *",
+        ),
+        (
+            json!({"classifications": ["public", "public"]}),
+            "Invalid classification: public",
+        ),
+        (
+            json!({"classifications": ["public"], "hierarchy": [["public", "x"]]}),
+            "Unknown classification in hierarchy: x",
+        ),
+        (
+            json!({"classifications": ["public", "internal"], "hierarchy": [["public", "internal"], ["internal", "public"]]}),
+            "Classification hierarchy contains a cycle",
+        ),
+    ] {
+        let reply = app.post(&path, &body).await;
+        assert_invalid_parameter(&reply, error);
+    }
+    assert_eq!(
+        app.get(&path).await.body["classifications"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Unknown pipeline.
+    let missing = uuid::Uuid::new_v4().to_string();
+    let reply = app
+        .get(&format!("/pipelines/{missing}/classifications"))
+        .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
+    let reply = app
+        .post(
+            &format!("/pipelines/{missing}/classifications"),
+            &json!({"classifications": ["a"]}),
+        )
+        .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
+}
+
+#[tokio::test]
+async fn classification_management_needs_allow_list_star() {
+    let app = spawn_app().await;
+    let id = app.new_pipeline_id(json!({})).await;
+    let path = format!("/pipelines/{id}/classifications");
+    let body = json!({"classifications": ["public", "internal", "extra"]});
+
+    let limited = app
+        .create_key(json!({"pipelines": 7}), json!(["public"]))
+        .await;
+    let reply = app.send_as(&limited, Method::GET, &path, None).await;
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &format!(
+            "Unauthorized: access level AccessLevel(READ) required for pipelines with id Some({id})"
+        ),
+    );
+    let reply = app
+        .send_as(&limited, Method::POST, &path, Some(&body))
+        .await;
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &format!(
+            "Unauthorized: access level AccessLevel(WRITE) required for pipelines with id Some({id})"
+        ),
+    );
+
+    // Without read (GET) or write (POST) the pipeline is "not found", even with `*`.
+    let none = app.create_key(json!({}), json!(["*"])).await;
+    let reply = app.send_as(&none, Method::GET, &path, None).await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
+    let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
+    let reply = app.send_as(&reader, Method::GET, &path, None).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let reply = app.send_as(&reader, Method::POST, &path, Some(&body)).await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
+
+    let writer = app.create_key(json!({"pipelines": 6}), json!(["*"])).await;
+    let reply = app.send_as(&writer, Method::POST, &path, Some(&body)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        app.get(&path).await.body["classifications"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn removing_a_classification_carried_by_a_stored_version_conflicts() {
+    let app = spawn_app_without_worker().await;
+    let id = app.new_pipeline_id(json!({})).await;
+    let path = format!("/pipelines/{id}/classifications");
+    let doc = app
+        .submit(
+            &id,
+            &json!({"external_identifier": "secret-plan", "classification": "internal", "text": "plan"}),
+        )
+        .await;
+    assert_eq!(doc.status, StatusCode::CREATED, "{}", doc.text);
+    let doc_id = str_of(&doc.body, "id").to_owned();
+
+    let only_public = json!({"classifications": ["public"]});
+    let reply = app.post(&path, &only_public).await;
+    assert_error(&reply, StatusCode::CONFLICT, "Conflict related error");
+
+    // Still a conflict once the version is processed and then expired.
+    app.step().await;
+    let reply = app
+        .delete(&format!("/pipelines/{id}/documents/{doc_id}?expire=true"))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let reply = app.post(&path, &only_public).await;
+    assert_error(&reply, StatusCode::CONFLICT, "Conflict related error");
+    let reply = app.get(&path).await;
+    assert_eq!(reply.body["classifications"].as_array().unwrap().len(), 2);
+
+    // Unused classifications can go; after a permanent delete the used one can too.
+    let reply = app
+        .post(
+            &path,
+            &json!({"classifications": ["public", "internal", "spare"]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let reply = app
+        .post(&path, &json!({"classifications": ["public", "internal"]}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let reply = app
+        .delete(&format!("/pipelines/{id}/documents/{doc_id}"))
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    let reply = app.post(&path, &only_public).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(
+        app.get(&path).await.body["classifications"],
+        json!(["public"])
+    );
+}
+
+#[tokio::test]
+async fn metadata_indexes_are_created_listed_and_deleted() {
+    let app = spawn_app().await;
+    let schema = json!({"type": "object", "properties": {
+        "year": {"type": "integer"},
+        "team": {"type": "string"},
+        "score": {"type": ["number", "null"]},
+        "draft": {"type": "boolean"},
+        "author": {"type": "object", "properties": {"name": {"type": "string"}}},
+    }});
+    let id = app
+        .new_pipeline_id(json!({"metadata_schema": schema}))
+        .await;
+    let path = format!("/pipelines/{id}/indexes");
+
+    let reply = app.post(&path, &json!({"field": "year"})).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    assert_eq!(
+        keys_of(&reply.body),
+        ["created_at", "field", "id", "pipeline_id"]
+    );
+    assert!(is_uuid(str_of(&reply.body, "id")));
+    assert_eq!(reply.body["pipeline_id"], json!(id));
+    assert_eq!(reply.body["field"], "year");
+    assert_utc_timestamp(&reply.body["created_at"]);
+    let year = reply.body.clone();
+    let mut created = vec![year.clone()];
+    for field in ["team", "score", "draft"] {
+        let reply = app.post(&path, &json!({"field": field})).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{field}: {}", reply.text);
+        created.push(reply.body);
+    }
+
+    for field in ["undeclared", "author", "author.name", ""] {
+        let reply = app.post(&path, &json!({"field": field})).await;
+        assert_invalid_parameter(&reply, field);
+    }
+    let reply = app.post(&path, &json!({"field": "year"})).await;
+    assert_error(&reply, StatusCode::CONFLICT, "Conflict unique error");
+
+    let reply = app.get(&path).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(data_of(&reply).len(), 4);
+    assert!(reply.body.get("page_info").is_some() && reply.body.get("query_info").is_some());
+    let reply = app.get(&format!("{path}?field=team")).await;
+    assert_eq!(data_of(&reply).len(), 1);
+    assert_eq!(data_of(&reply)[0], created[1]);
+    let year_id = str_of(&year, "id").to_owned();
+    let reply = app.get(&format!("{path}?id={year_id}")).await;
+    assert_eq!(data_of(&reply).len(), 1);
+    assert_eq!(data_of(&reply)[0], year);
+    let reply = app.get(&format!("{path}?order_by=field")).await;
+    let fields: Vec<&str> = data_of(&reply).iter().map(|i| str_of(i, "field")).collect();
+    assert_eq!(fields, ["draft", "score", "team", "year"]);
+
+    // The database index exists until the delete.
+    let index_exists = |name: String| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = $1)",
+            )
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let name = format!("pidx_{}", uuid_of(&year, "id").simple());
+    assert!(index_exists(name.clone()).await);
+    let reply = app.delete(&format!("{path}/{year_id}")).await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert!(!index_exists(name).await);
+    let reply = app.delete(&format!("{path}/{year_id}")).await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline Index not found");
+    let reply = app
+        .delete(&format!("{path}/{}", uuid::Uuid::new_v4()))
+        .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline Index not found");
+    assert_eq!(data_of(&app.get(&path).await).len(), 3);
+    // Deleted, it can be created again.
+    let reply = app.post(&path, &json!({"field": "year"})).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+
+    // Unknown pipeline; a key without write.
+    let missing = uuid::Uuid::new_v4();
+    let reply = app
+        .post(
+            &format!("/pipelines/{missing}/indexes"),
+            &json!({"field": "year"}),
+        )
+        .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
+    let reply = app.get(&format!("/pipelines/{missing}/indexes")).await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
+    let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
+    let reply = app
+        .send_as(
+            &reader,
+            Method::POST,
+            &path,
+            Some(&json!({"field": "team"})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text);
+    let reply = app.send_as(&reader, Method::GET, &path, None).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+}
+
+#[tokio::test]
+async fn a_metadata_index_is_used_by_the_planner() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let index = app
+        .post(
+            &format!("/pipelines/{pid}/indexes"),
+            &json!({"field": "year"}),
+        )
+        .await;
+    assert_eq!(index.status, StatusCode::CREATED, "{}", index.text);
+    let index_name = format!("pidx_{}", uuid_of(&index.body, "id").simple());
+
+    const DOCUMENTS: usize = 200;
+    for chunk in (0..DOCUMENTS).collect::<Vec<_>>().chunks(20) {
+        let requests = chunk.iter().map(|i| {
+            let app = &app;
+            let pid = &pid;
+            async move {
+                app.submit(
+                    pid,
+                    &json!({
+                        "external_identifier": format!("doc-{i}"),
+                        "classification": "public",
+                        "metadata": {"year": 2000 + (i % 25), "team": "t"},
+                        "text": format!("document number {i}"),
+                    }),
+                )
+                .await
+            }
+        });
+        for reply in futures_util::future::join_all(requests).await {
+            assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        }
+    }
+    let worker = app.worker().await;
+    let mut stored = 0;
+    for _ in 0..10 {
+        let outcome = worker
+            .step(std::time::Duration::from_millis(300))
+            .await
+            .unwrap();
+        stored += outcome.stored;
+        if stored >= DOCUMENTS {
+            break;
+        }
+    }
+    assert_eq!(stored, DOCUMENTS);
+
+    let mut conn = app.pool.acquire().await.unwrap();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let sql = format!(
+        "EXPLAIN (FORMAT JSON) SELECT id FROM fragments WHERE pipeline_id = '{pid}' AND ((metadata ->> 'year')::bigint) = 2020"
+    );
+    let plan: Value = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("RESET enable_seqscan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let plan = plan.to_string();
+    assert!(
+        plan.contains(&index_name),
+        "the plan does not use {index_name}: {plan}"
+    );
+}

@@ -1,0 +1,772 @@
+//! The ingestion worker and the Document status table (interface §States and transitions,
+//! addendum §2.5, §6.2, §15 items 9–11), driven step by step.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::PullConsumer;
+use futures_util::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use trove::ingest::queue::Job;
+use trove::ingest::worker::{StepOutcome, Worker, sweep};
+use uuid::Uuid;
+
+use crate::helpers::{
+    AppOptions, TestApp, assert_error, data_of, metric_value, spawn_app_with,
+    spawn_app_without_worker, str_of, uuid_of, worker_metric,
+};
+
+/// The seven worker metrics.
+const WORKER_METRICS: [&str; 7] = [
+    "service_document_queue_processed",
+    "service_document_queue_success",
+    "service_document_queue_skip",
+    "service_document_queue_failed",
+    "service_document_queue_processed_latency",
+    "service_document_queue_text_splitter_latency",
+    "service_document_queue_embedding_latency",
+];
+
+const PROCESSED: &str = "service_document_queue_processed";
+const SUCCESS: &str = "service_document_queue_success";
+const SKIP: &str = "service_document_queue_skip";
+const FAILED: &str = "service_document_queue_failed";
+
+async fn step(worker: &Worker) -> StepOutcome {
+    worker.step(Duration::from_millis(300)).await.expect("step")
+}
+
+/// The job of a submitted version.
+fn job_of(version: &Value) -> Job {
+    Job {
+        pipeline_id: uuid_of(version, "pipeline_id"),
+        document_id: uuid_of(version, "id"),
+        version: version["version"].as_i64().expect("version"),
+    }
+}
+
+/// The status of one version, read through the API.
+async fn status_of(app: &TestApp, version: &Value) -> String {
+    let reply = app
+        .get(&format!(
+            "/pipelines/{}/documents/{}?version={}",
+            str_of(version, "pipeline_id"),
+            str_of(version, "id"),
+            version["version"]
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    str_of(&reply.body[0], "status").to_owned()
+}
+
+/// `(fragments, distinct order ids, max order id + 1)` stored for one version.
+async fn fragment_set(app: &TestApp, version: &Value) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(DISTINCT order_id), coalesce(max(order_id) + 1, 0)::bigint
+         FROM fragments WHERE document_id = $1 AND version = $2",
+    )
+    .bind(uuid_of(version, "id"))
+    .bind(version["version"].as_i64().unwrap())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap()
+}
+
+/// Asserts exactly one set of fragments (order ids 0..n, each once), `n > 0`; returns n.
+async fn assert_one_fragment_set(app: &TestApp, version: &Value) -> i64 {
+    let (count, distinct, span) = fragment_set(app, version).await;
+    assert!(count > 0, "no fragments for {version}");
+    assert_eq!(
+        (count, distinct, span),
+        (count, count, count),
+        "one set of fragments"
+    );
+    let pipeline = app
+        .get(&format!("/pipelines/{}", str_of(version, "pipeline_id")))
+        .await
+        .body;
+    if let Some(ve) = pipeline["default_vector_embedding_id"].as_str() {
+        let ve = Uuid::parse_str(ve).unwrap();
+        let vectors: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM vectors_{} v JOIN fragments f ON f.id = v.fragment_id
+             WHERE f.document_id = $1 AND f.version = $2",
+            ve.simple()
+        )))
+        .bind(uuid_of(version, "id"))
+        .bind(version["version"].as_i64().unwrap())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        assert_eq!(vectors, count, "one vector per fragment");
+    }
+    count
+}
+
+async fn raw_texts(app: &TestApp, version: &Value) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM document_texts WHERE document_id = $1 AND version = $2",
+    )
+    .bind(uuid_of(version, "id"))
+    .bind(version["version"].as_i64().unwrap())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap()
+}
+
+fn long_text(word: &str) -> String {
+    (0..40)
+        .map(|i| format!("{word} paragraph {i} with a few more words to fill the line."))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[tokio::test]
+async fn a_pending_version_becomes_success_with_fragments() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "doc", &long_text("kelp")).await;
+    assert_eq!(
+        raw_texts(&app, &version).await,
+        1,
+        "raw text held until processed"
+    );
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 1,
+            stored: 1,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    assert_eq!(status_of(&app, &version).await, "success");
+    let n = assert_one_fragment_set(&app, &version).await;
+    assert!(n > 1);
+    assert_eq!(raw_texts(&app, &version).await, 0, "raw text dropped");
+    let reply = app
+        .get(&format!(
+            "/pipelines/{pid}/documents/{}",
+            str_of(&version, "id")
+        ))
+        .await;
+    assert!(
+        reply.body[0]["updated_at"].as_str().unwrap() > version["updated_at"].as_str().unwrap(),
+        "updated_at set on the status change"
+    );
+    assert_eq!(worker_metric(&worker, PROCESSED), 1.0);
+    assert_eq!(worker_metric(&worker, SUCCESS), 1.0);
+    assert_eq!(worker_metric(&worker, SKIP), 0.0);
+    assert_eq!(worker_metric(&worker, FAILED), 0.0);
+    // Acknowledged: nothing comes back.
+    assert_eq!(step(&worker).await.jobs, 0);
+}
+
+#[tokio::test]
+async fn empty_text_is_success_and_counted_as_skip() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "empty", "").await;
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 1);
+    assert_eq!(outcome.skipped, 1, "{outcome:?}");
+    assert_eq!(outcome.failed, 0);
+    assert_eq!(status_of(&app, &version).await, "success");
+    assert_eq!(fragment_set(&app, &version).await.0, 0);
+    assert_eq!(raw_texts(&app, &version).await, 0);
+    let text = worker.metrics.render();
+    assert_eq!(metric_value(&text, SKIP), Some(1.0), "{text}");
+    assert_eq!(metric_value(&text, SUCCESS), Some(0.0), "{text}");
+    assert_eq!(metric_value(&text, FAILED), Some(0.0), "{text}");
+    let reply = app
+        .get(&format!(
+            "/pipelines/{pid}/documents/{}/fragments",
+            str_of(&version, "id")
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(data_of(&reply).is_empty());
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+}
+
+#[tokio::test]
+async fn a_job_delivered_again_after_success_or_failure_is_skipped_and_acknowledged() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let done = app.submit_text(&pid, "done", &long_text("reef")).await;
+    let worker = app.worker().await;
+    assert_eq!(step(&worker).await.stored, 1);
+    let n = assert_one_fragment_set(&app, &done).await;
+
+    // The same job again.
+    app.state.queue.publish(&job_of(&done)).await.unwrap();
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 1,
+            stored: 0,
+            skipped: 1,
+            failed: 0
+        }
+    );
+    assert_eq!(assert_one_fragment_set(&app, &done).await, n, "unchanged");
+    assert_eq!(status_of(&app, &done).await, "success");
+    assert_eq!(worker_metric(&worker, SKIP), 1.0);
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+
+    // A failed version (pending for more than 24 hours) delivered again.
+    let stale = app.submit_text(&pid, "stale", "stale text").await;
+    sqlx::query("UPDATE documents SET created_at = now() - interval '25 hours' WHERE id = $1")
+        .bind(uuid_of(&stale, "id"))
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(sweep(&app.pool).await.unwrap(), 1);
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 1);
+    assert_eq!(outcome.skipped, 1, "{outcome:?}");
+    assert_eq!(status_of(&app, &stale).await, "failed");
+    assert_eq!(fragment_set(&app, &stale).await.0, 0);
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+    assert_eq!(worker_metric(&worker, FAILED), 0.0);
+}
+
+#[tokio::test]
+async fn a_document_deleted_before_processing_is_acknowledged_as_success() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "gone", &long_text("drift")).await;
+    let reply = app
+        .delete(&format!(
+            "/pipelines/{pid}/documents/{}",
+            str_of(&version, "id")
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 1);
+    assert_eq!(outcome.failed, 0);
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    assert_eq!(worker_metric(&worker, SUCCESS), 1.0);
+    assert_eq!(worker_metric(&worker, FAILED), 0.0);
+    let fragments: i64 = sqlx::query_scalar("SELECT count(*) FROM fragments")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(fragments, 0, "nothing stored");
+    let documents: i64 = sqlx::query_scalar("SELECT count(*) FROM documents")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(documents, 0);
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+}
+
+#[tokio::test]
+async fn a_version_expired_while_pending_is_processed_and_stays_expired() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "doc", &long_text("tide")).await;
+    let reply = app
+        .delete(&format!(
+            "/pipelines/{pid}/documents/{}?expire=true",
+            str_of(&version, "id")
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let outcome = app.step().await;
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    let reply = app
+        .get(&format!(
+            "/pipelines/{pid}/documents/{}?version={}",
+            str_of(&version, "id"),
+            version["version"]
+        ))
+        .await;
+    assert_eq!(reply.body[0]["status"], "success");
+    assert!(reply.body[0]["expired_at"].is_string(), "{}", reply.text);
+    assert_one_fragment_set(&app, &version).await;
+    let unexpired: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM fragments WHERE document_id = $1 AND expired_at IS NULL",
+    )
+    .bind(uuid_of(&version, "id"))
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(unexpired, 0, "its fragments are expired too");
+}
+
+#[tokio::test]
+async fn jobs_of_a_deleted_pipeline_are_acknowledged() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    app.submit_text(&pid, "a", "first").await;
+    app.submit_text(&pid, "b", "second").await;
+    let reply = app.delete(&format!("/pipelines/{pid}")).await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 2);
+    assert_eq!(outcome.failed, 0, "{outcome:?}");
+    assert_eq!(worker_metric(&worker, FAILED), 0.0);
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+    let fragments: i64 = sqlx::query_scalar("SELECT count(*) FROM fragments")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(fragments, 0);
+}
+
+/// Points a model row at a closed local port (an `openai` model), or back to `hash`.
+async fn break_model(app: &TestApp, model_id: Uuid, broken: bool) {
+    let (provider, parameters) = if broken {
+        (
+            "openai",
+            json!({"base_url": "http://127.0.0.1:9/v1", "api_key": "sk-test"}),
+        )
+    } else {
+        ("hash", json!({"dimensions": 384}))
+    };
+    sqlx::query(
+        "UPDATE embedding_models SET provider = $2, parameters = $3, secret_parameters = NULL WHERE id = $1",
+    )
+    .bind(model_id)
+    .bind(provider)
+    .bind(parameters)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_group_stays_pending_and_is_delivered_again_after_the_delay() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        redelivery_delay: Some(Duration::from_secs(1)),
+        ..AppOptions::default()
+    })
+    .await;
+    let model = app.create_hash_model("flaky", 384).await;
+    let model_id = uuid_of(&model, "id");
+    let pid = app
+        .new_pipeline_id(json!({"embedding_model_id": model_id}))
+        .await;
+    let mut versions = Vec::new();
+    for i in 0..3 {
+        versions.push(
+            app.submit_text(&pid, &format!("doc-{i}"), &long_text("storm"))
+                .await,
+        );
+    }
+    break_model(&app, model_id, true).await;
+
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 3,
+            stored: 0,
+            skipped: 0,
+            failed: 3
+        }
+    );
+    for version in &versions {
+        assert_eq!(status_of(&app, version).await, "pending");
+        assert_eq!(fragment_set(&app, version).await.0, 0);
+        assert_eq!(
+            raw_texts(&app, version).await,
+            1,
+            "raw text kept for the retry"
+        );
+    }
+    assert_eq!(worker_metric(&worker, FAILED), 3.0);
+    assert_eq!(worker_metric(&worker, PROCESSED), 3.0);
+    assert_eq!(worker_metric(&worker, SUCCESS), 0.0);
+
+    // Not before the delay...
+    let early = worker.step(Duration::from_millis(150)).await.unwrap();
+    assert_eq!(early.jobs, 0, "redelivered before the delay: {early:?}");
+
+    // ...but after it.
+    break_model(&app, model_id, false).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 3,
+            stored: 3,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    for version in &versions {
+        assert_eq!(status_of(&app, version).await, "success");
+        assert_one_fragment_set(&app, version).await;
+    }
+    assert_eq!(worker_metric(&worker, FAILED), 3.0);
+    assert_eq!(worker_metric(&worker, SUCCESS), 3.0);
+    assert_eq!(worker_metric(&worker, PROCESSED), 6.0);
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+}
+
+#[tokio::test]
+async fn a_failure_on_one_document_returns_only_its_job() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        redelivery_delay: Some(Duration::from_secs(1)),
+        ..AppOptions::default()
+    })
+    .await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let bad = app.submit_text(&pid, "bad", &long_text("squall")).await;
+    let good = app.submit_text(&pid, "good", &long_text("calm")).await;
+    // Make the raw text of one version unreadable (as after a change of TROVE_SECRET).
+    let original: Vec<u8> =
+        sqlx::query_scalar("SELECT text FROM document_texts WHERE document_id = $1")
+            .bind(uuid_of(&bad, "id"))
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    sqlx::query("UPDATE document_texts SET text = $2 WHERE document_id = $1")
+        .bind(uuid_of(&bad, "id"))
+        .bind(b"not a ciphertext at all".to_vec())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 2);
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    assert_eq!(outcome.failed, 1, "{outcome:?}");
+    assert_eq!(status_of(&app, &bad).await, "pending");
+    assert_eq!(status_of(&app, &good).await, "success");
+    assert_eq!(worker_metric(&worker, FAILED), 1.0);
+
+    sqlx::query("UPDATE document_texts SET text = $2 WHERE document_id = $1")
+        .bind(uuid_of(&bad, "id"))
+        .bind(original)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 1,
+            stored: 1,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    assert_eq!(status_of(&app, &bad).await, "success");
+    assert_one_fragment_set(&app, &bad).await;
+    assert_one_fragment_set(&app, &good).await;
+}
+
+#[tokio::test]
+async fn a_job_fetched_by_a_worker_that_dies_is_delivered_again_after_the_ack_wait() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ack_wait: Some(Duration::from_secs(2)),
+        ..AppOptions::default()
+    })
+    .await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let worker = app.worker().await; // creates the durable consumer
+    let version = app.submit_text(&pid, "doc", &long_text("wreck")).await;
+
+    // A worker fetches the job and dies before acknowledging it.
+    let stream = app
+        .state
+        .queue
+        .jetstream()
+        .get_stream(&app.queue.stream)
+        .await
+        .unwrap();
+    let consumer: PullConsumer = stream.get_consumer(&app.queue.consumer).await.unwrap();
+    let mut messages = consumer.fetch().max_messages(10).messages().await.unwrap();
+    let mut fetched = 0;
+    while let Some(message) = messages.next().await {
+        let message = message.unwrap();
+        let job: Job = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(job, job_of(&version));
+        fetched += 1;
+    }
+    drop(messages);
+    assert_eq!(fetched, 1);
+    let started = Instant::now();
+
+    // In flight: not delivered to another worker meanwhile.
+    let early = worker.step(Duration::from_millis(200)).await.unwrap();
+    assert_eq!(early.jobs, 0, "{early:?}");
+    assert_eq!(status_of(&app, &version).await, "pending");
+
+    tokio::time::sleep(Duration::from_millis(2200).saturating_sub(started.elapsed())).await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 1, "{outcome:?}");
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    assert_eq!(status_of(&app, &version).await, "success");
+    assert_one_fragment_set(&app, &version).await;
+    assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
+}
+
+#[tokio::test]
+async fn two_deliveries_in_one_batch_never_duplicate_fragments() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "doc", &long_text("swell")).await;
+    app.state.queue.publish(&job_of(&version)).await.unwrap();
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 2, "{outcome:?}");
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    assert_eq!(outcome.skipped, 1, "{outcome:?}");
+    assert_eq!(outcome.failed, 0);
+    assert_eq!(status_of(&app, &version).await, "success");
+    assert_one_fragment_set(&app, &version).await;
+    assert_eq!(step(&worker).await.jobs, 0, "both acknowledged");
+}
+
+#[tokio::test]
+async fn one_step_processes_the_groups_of_two_pipelines() {
+    let app = spawn_app_without_worker().await;
+    let first = app.new_pipeline_id(json!({})).await;
+    let second = app
+        .new_pipeline_id(json!({"embedding_model_id": null, "has_full_text_search": true}))
+        .await;
+    let mut versions = Vec::new();
+    for i in 0..10 {
+        for pid in [&first, &second] {
+            versions.push(
+                app.submit_text(
+                    pid,
+                    &format!("doc-{i}"),
+                    &format!("Text {i} of {pid}. ").repeat(80),
+                )
+                .await,
+            );
+        }
+    }
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 20,
+            stored: 20,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    for version in &versions {
+        assert_eq!(status_of(&app, version).await, "success");
+        assert_one_fragment_set(&app, version).await;
+    }
+    assert_eq!(worker_metric(&worker, PROCESSED), 20.0);
+    assert_eq!(worker_metric(&worker, SUCCESS), 20.0);
+    for pid in [&first, &second] {
+        let reply = app
+            .get(&format!("/pipelines/{pid}/documents?status=success"))
+            .await;
+        assert_eq!(data_of(&reply).len(), 10);
+    }
+    assert_eq!(step(&worker).await.jobs, 0);
+}
+
+#[tokio::test]
+async fn a_job_that_cannot_be_queued_leaves_the_version_failed() {
+    let started = Instant::now();
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        env: HashMap::from([("TROVE_NATS_URL".to_owned(), "nats://127.0.0.1:1".to_owned())]),
+        ..AppOptions::default()
+    })
+    .await;
+    let spawned = started.elapsed();
+    let pid = app.new_pipeline_id(json!({})).await;
+    let submitted = Instant::now();
+    let reply = app
+        .submit(
+            &pid,
+            &json!({"external_identifier": "lost", "classification": "public", "text": "queued nowhere"}),
+        )
+        .await;
+    let submission = submitted.elapsed();
+    assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, "NATS error");
+    let reply = app
+        .get(&format!(
+            "/pipelines/{pid}/documents?external_identifier=lost"
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let listed = data_of(&reply);
+    assert_eq!(listed.len(), 1, "the version is kept: {}", reply.text);
+    assert_eq!(listed[0]["status"], "failed");
+    assert_eq!(status_of(&app, &listed[0]).await, "failed");
+    assert_eq!(raw_texts(&app, &listed[0]).await, 0, "raw text dropped");
+    assert_eq!(app.api_metric("service_document_queue_added").await, 1.0);
+    eprintln!(
+        "nats unreachable: app start {spawned:?}, submission {submission:?}, total {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn the_sweep_fails_versions_pending_for_more_than_24_hours() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let stale = app.submit_text(&pid, "stale", "old text").await;
+    let fresh = app.submit_text(&pid, "fresh", "new text").await;
+    sqlx::query(
+        "UPDATE documents SET created_at = now() - interval '25 hours' WHERE id = $1 AND version = $2",
+    )
+    .bind(uuid_of(&stale, "id"))
+    .bind(stale["version"].as_i64().unwrap())
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    // One under the limit stays pending.
+    sqlx::query("UPDATE documents SET created_at = now() - interval '23 hours' WHERE id = $1")
+        .bind(uuid_of(&fresh, "id"))
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    assert_eq!(sweep(&app.pool).await.unwrap(), 1);
+    assert_eq!(status_of(&app, &stale).await, "failed");
+    assert_eq!(raw_texts(&app, &stale).await, 0, "raw text dropped");
+    assert_eq!(status_of(&app, &fresh).await, "pending");
+    assert_eq!(raw_texts(&app, &fresh).await, 1);
+    let reply = app
+        .get(&format!(
+            "/pipelines/{pid}/documents/{}",
+            str_of(&stale, "id")
+        ))
+        .await;
+    assert!(
+        reply.body[0]["updated_at"].as_str() > stale["updated_at"].as_str(),
+        "updated_at set on the status change"
+    );
+    assert_eq!(sweep(&app.pool).await.unwrap(), 0);
+
+    // The queued jobs: the failed version is skipped, the other processed.
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!(outcome.jobs, 2);
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    assert_eq!(outcome.skipped, 1, "{outcome:?}");
+    assert_eq!(status_of(&app, &stale).await, "failed");
+    assert_eq!(status_of(&app, &fresh).await, "success");
+    assert_eq!(
+        worker_metric(&worker, FAILED),
+        0.0,
+        "the sweep adds nothing to failed"
+    );
+}
+
+/// A free local port (bound, then released).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// GETs a URL until it answers (at most `limit`).
+async fn get_when_up(url: &str, limit: Duration) -> Option<(StatusCode, String)> {
+    let started = Instant::now();
+    let client = reqwest::Client::new();
+    loop {
+        if let Ok(response) = client.get(url).send().await {
+            let status = response.status();
+            return Some((status, response.text().await.unwrap_or_default()));
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_in_process_worker_serves_its_metrics() {
+    let port = free_port();
+    let _app = spawn_app_with(AppOptions {
+        no_worker: false,
+        env: HashMap::from([(
+            "TROVE_WORKER_METRICS_LISTEN".to_owned(),
+            format!("127.0.0.1:{port}"),
+        )]),
+        ..AppOptions::default()
+    })
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let (status, body) = get_when_up(&format!("{base}/health"), Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|| panic!("no worker metrics server on {base} (TROVE_WORKER=true)"));
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, "OK");
+    for path in ["/anything", "/", "/metrics"] {
+        let (status, text) = get_when_up(&format!("{base}{path}"), Duration::from_secs(1))
+            .await
+            .expect("metrics");
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            text.contains("# TYPE service_document_queue_processed counter"),
+            "{text}"
+        );
+        for name in WORKER_METRICS {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("# TYPE {name} "))),
+                "{name} missing: {text}"
+            );
+            assert!(
+                metric_value(&text, name).is_some(),
+                "{name} has no value: {text}"
+            );
+        }
+        for name in &WORKER_METRICS[4..] {
+            assert!(text.contains(&format!("# TYPE {name} gauge")), "{text}");
+        }
+        assert!(!text.contains("# HELP"), "{text}");
+        assert!(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .all(|l| l.contains("description=\"")),
+            "each worker metric carries a description label: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_in_process_worker_processes_documents() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: false,
+        ..AppOptions::default()
+    })
+    .await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "doc", &long_text("current")).await;
+    let started = Instant::now();
+    let mut status = String::new();
+    while started.elapsed() < Duration::from_secs(15) {
+        status = status_of(&app, &version).await;
+        if status == "success" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status, "success",
+        "the worker of `trove serve` did not process the job"
+    );
+    assert_one_fragment_set(&app, &version).await;
+}
