@@ -123,6 +123,7 @@ fn counted_table(object_type: ObjectType) -> Option<&'static str> {
         ObjectType::EmbeddingModels => Some("SELECT count(*) FROM embedding_models"),
         ObjectType::Pipelines => Some("SELECT count(*) FROM pipelines"),
         ObjectType::TextSplitters => Some("SELECT count(*) FROM text_splitters"),
+        ObjectType::Taxonomies => Some("SELECT count(*) FROM taxonomies"),
         _ => None,
     }
 }

@@ -9,8 +9,10 @@ pub mod extract;
 pub mod pipelines;
 pub mod respond;
 pub mod routes;
+pub mod search;
 pub mod shell;
 pub mod statistics;
+pub mod taxonomies;
 pub mod text_splitters;
 
 use std::sync::Arc;
@@ -38,6 +40,10 @@ pub enum ApiTags {
     Pipelines,
     /// Documents, versions and fragments.
     Documents,
+    /// Search: similarity, MMR and full-text.
+    Search,
+    /// Taxonomies of metadata values.
+    Taxonomies,
 }
 
 /// Every operation group, in the order of the reference.
@@ -48,6 +54,8 @@ pub type Apis = (
     text_splitters::TextSplittersApi,
     pipelines::PipelinesApi,
     documents::DocumentsApi,
+    search::SearchApi,
+    taxonomies::TaxonomiesApi,
 );
 
 /// The release string of the OpenAPI document (`<year>-<month>`).
@@ -62,6 +70,8 @@ pub fn openapi_service() -> OpenApiService<Apis, ()> {
         text_splitters::TextSplittersApi,
         pipelines::PipelinesApi,
         documents::DocumentsApi,
+        search::SearchApi,
+        taxonomies::TaxonomiesApi,
     );
     OpenApiService::new(apis, "Trove", API_VERSION)
         .description("Knowledge retrieval and agent service.")

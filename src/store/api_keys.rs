@@ -253,6 +253,7 @@ pub async fn object_exists(
             "SELECT EXISTS (SELECT 1 FROM text_splitter_providers WHERE id = $1)"
         }
         ObjectType::TextSplitters => "SELECT EXISTS (SELECT 1 FROM text_splitters WHERE id = $1)",
+        ObjectType::Taxonomies => "SELECT EXISTS (SELECT 1 FROM taxonomies WHERE id = $1)",
         // Types with no stored objects in this release: nothing exists to name.
         _ => return Ok(false),
     };

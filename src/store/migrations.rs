@@ -27,6 +27,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "knowledge",
         sql: include_str!("../../migrations/0002_knowledge.sql"),
     },
+    Migration {
+        version: 3,
+        name: "taxonomies",
+        sql: include_str!("../../migrations/0003_taxonomies.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).
