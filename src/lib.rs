@@ -11,6 +11,7 @@ pub mod http;
 pub mod ingest;
 pub mod metrics;
 pub mod providers;
+pub mod retrieval;
 pub mod service;
 pub mod sidecar;
 pub mod startup;

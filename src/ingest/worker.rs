@@ -434,7 +434,8 @@ impl Worker {
                     "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
                                             content, expired_at, tsv)
                      SELECT u.id, $2, $3, $4, u.order_id, $5, $6, u.content, $7,
-                            CASE WHEN u.txt IS NULL THEN NULL ELSE to_tsvector(u.cfg::regconfig, u.txt) END
+                            CASE WHEN u.txt IS NULL THEN NULL
+                                 ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
                      FROM unnest($1::uuid[], $8::int[], $9::bytea[], $10::text[], $11::text[])
                           AS u (id, order_id, content, txt, cfg)",
                 )

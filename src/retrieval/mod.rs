@@ -1,0 +1,4 @@
+//! Retrieval: similarity, MMR and full-text search over a pipeline's fragments.
+
+pub mod mmr;
+pub mod search;

@@ -1,0 +1,231 @@
+//! Search execution: similarity (HNSW with iterative scans), MMR, and full-text.
+//!
+//! Classifications and metadata filters apply in the same statement as the selection, before
+//! `k`. The statements are sea-query with every value bound; the only identifier that varies
+//! is the association's vector table, rendered from a UUID.
+
+use sea_query::{Alias, Cond, Condition, Expr, ExprTrait, Order, PostgresQueryBuilder, Query, SelectStatement};
+use sea_query_sqlx::SqlxBinder;
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, PgPool};
+use uuid::Uuid;
+
+use super::mmr::{self, Similarity};
+use crate::error::{ApiError, ApiResult};
+
+/// How vector distances are measured (lower is closer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DistanceStrategy {
+    /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
+    Cosine,
+    /// Euclidean (L2) distance.
+    EuclideanDistance,
+    /// Negative inner product.
+    DotProduct,
+    /// Defined by the interface; searches with it fail.
+    MaxInnerProduct,
+}
+
+impl DistanceStrategy {
+    fn operator(self) -> Option<&'static str> {
+        match self {
+            Self::Cosine => Some("<=>"),
+            Self::EuclideanDistance => Some("<->"),
+            Self::DotProduct => Some("<#>"),
+            Self::MaxInnerProduct => None,
+        }
+    }
+
+    fn similarity(self) -> Similarity {
+        match self {
+            Self::Cosine | Self::MaxInnerProduct => Similarity::Cosine,
+            Self::EuclideanDistance => Similarity::Euclidean,
+            Self::DotProduct => Similarity::Dot,
+        }
+    }
+}
+
+/// A fragment found by a search, with its score.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Hit {
+    pub id: Uuid,
+    pub document_id: Uuid,
+    pub version: i64,
+    pub order_id: i32,
+    pub classification: String,
+    pub metadata: Value,
+    pub content: Vec<u8>,
+    pub score: f64,
+}
+
+/// What every search kind shares.
+pub struct Scope<'a> {
+    pub pipeline_id: Uuid,
+    /// The classifications the reader may see (already resolved; non-empty).
+    pub classifications: &'a [String],
+    /// The compiled metadata filter over table `fragments`, if any.
+    pub filter: Option<Condition>,
+}
+
+fn fragments() -> Alias {
+    Alias::new("fragments")
+}
+
+/// SELECT of fragment columns FROM `fragments` with the scope's conditions.
+fn scoped_select(scope: &Scope<'_>) -> SelectStatement {
+    let f = fragments();
+    let mut select = Query::select();
+    select
+        .from(f.clone())
+        .columns(
+            ["id", "document_id", "version", "order_id", "classification", "metadata", "content"]
+                .map(|c| (f.clone(), Alias::new(c))),
+        )
+        .and_where(Expr::col((f.clone(), Alias::new("pipeline_id"))).eq(scope.pipeline_id))
+        .and_where(Expr::col((f.clone(), Alias::new("expired_at"))).is_null())
+        .and_where(Expr::col((f, Alias::new("classification"))).is_in(scope.classifications.iter().cloned()));
+    if let Some(filter) = &scope.filter {
+        select.cond_where(Cond::all().add(filter.clone()));
+    }
+    select
+}
+
+/// The text form pgvector parses: `[0.1,0.2,…]`.
+fn vector_literal(vector: &[f32]) -> String {
+    let mut text = String::with_capacity(vector.len() * 10 + 2);
+    text.push('[');
+    for (i, x) in vector.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&x.to_string());
+    }
+    text.push(']');
+    text
+}
+
+/// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked.
+async fn nearest(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+    vector_embedding_id: Uuid,
+    query_vector: &[f32],
+    strategy: DistanceStrategy,
+    threshold: Option<f64>,
+    limit: u64,
+    with_embeddings: bool,
+) -> ApiResult<Vec<(Hit, Option<Vec<f32>>)>> {
+    let Some(operator) = strategy.operator() else {
+        return Err(ApiError::Database("the max-inner-product distance strategy is not supported".to_owned()));
+    };
+    let table = Alias::new(crate::store::vectors::table_name(vector_embedding_id));
+    let v = Alias::new("v");
+    // `operator` is one of three fixed strings; the vector is a bound parameter.
+    let distance = Expr::cust_with_values(format!("\"v\".\"embedding\" {operator} $1::vector"), [vector_literal(query_vector)]);
+    let mut select = scoped_select(scope);
+    select
+        .expr_as(distance.clone(), Alias::new("score"))
+        .join_as(
+            sea_query::JoinType::InnerJoin,
+            table,
+            v.clone(),
+            Expr::col((v.clone(), Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
+        )
+        .order_by_expr(distance.clone(), Order::Asc)
+        .limit(limit);
+    if with_embeddings {
+        select.expr_as(Expr::cust("\"v\".\"embedding\"::real[]"), Alias::new("embedding"));
+    }
+    if let Some(threshold) = threshold {
+        select.and_where(distance.lte(threshold));
+    }
+    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+
+    // Iterative index scans keep reading the HNSW index until `limit` rows pass the filters,
+    // so selective filters still return `k` results where they exist. `relaxed_order` may
+    // return rows slightly out of order; they are re-sorted below.
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)")
+        .bind(limit.clamp(40, 1000).to_string())
+        .execute(&mut *tx)
+        .await?;
+    let rows = sqlx::query_with(AssertSqlSafe(sql), values).fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+
+    let mut hits = Vec::with_capacity(rows.len());
+    for row in rows {
+        use sqlx::Row;
+        let hit = <Hit as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(&row)?;
+        let embedding: Option<Vec<f32>> = if with_embeddings { row.try_get("embedding")? } else { None };
+        hits.push((hit, embedding));
+    }
+    hits.sort_by(|a, b| a.0.score.total_cmp(&b.0.score));
+    Ok(hits)
+}
+
+/// Similarity search: the `k` closest fragments within the threshold.
+pub async fn similarity(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+    vector_embedding_id: Uuid,
+    query_vector: &[f32],
+    strategy: DistanceStrategy,
+    k: u64,
+    threshold: Option<f64>,
+) -> ApiResult<Vec<Hit>> {
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    let hits = nearest(pool, scope, vector_embedding_id, query_vector, strategy, threshold, k, false).await?;
+    Ok(hits.into_iter().map(|(hit, _)| hit).collect())
+}
+
+/// MMR: `fetch_k` candidates by distance, then at most min(k, fetch_k) selected greedily,
+/// returned in distance order.
+#[allow(clippy::too_many_arguments, reason = "the search parameters, passed through")]
+pub async fn mmr(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+    vector_embedding_id: Uuid,
+    query_vector: &[f32],
+    strategy: DistanceStrategy,
+    k: u64,
+    fetch_k: u64,
+    lambda_mult: f64,
+    threshold: Option<f64>,
+) -> ApiResult<Vec<Hit>> {
+    if k == 0 || fetch_k == 0 {
+        return Ok(Vec::new());
+    }
+    let candidates = nearest(pool, scope, vector_embedding_id, query_vector, strategy, threshold, fetch_k, true).await?;
+    let vectors: Vec<&[f32]> = candidates.iter().map(|(_, e)| e.as_deref().unwrap_or_default()).collect();
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    let chosen = mmr::select(query_vector, &vectors, k, lambda_mult, strategy.similarity());
+    let mut candidates: Vec<Option<Hit>> = candidates.into_iter().map(|(hit, _)| Some(hit)).collect();
+    Ok(chosen.into_iter().filter_map(|i| candidates.get_mut(i).and_then(Option::take)).collect())
+}
+
+/// Full-text search: every remaining word of the query must appear; score is the rank divided
+/// by 1 + the logarithm of the fragment length; highest first.
+pub async fn full_text(pool: &PgPool, scope: &Scope<'_>, query: &str, k: u64, threshold: Option<f64>) -> ApiResult<Vec<Hit>> {
+    if k == 0 || query.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let config = trove_text::text_search_config(query);
+    let tsquery = Expr::cust_with_values("plainto_tsquery($1::regconfig, $2)", [config.to_owned(), query.to_owned()]);
+    let rank = Expr::cust_with_exprs("ts_rank(\"fragments\".\"tsv\", $1, 1)", [tsquery.clone()]);
+    let mut select = scoped_select(scope);
+    select
+        .expr_as(rank.clone(), Alias::new("score"))
+        .and_where(Expr::cust_with_exprs("\"fragments\".\"tsv\" @@ $1", [tsquery]))
+        .order_by_expr(rank.clone(), Order::Desc)
+        .limit(k);
+    if let Some(threshold) = threshold {
+        select.and_where(rank.gte(threshold));
+    }
+    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    let mut hits: Vec<Hit> = sqlx::query_as_with(AssertSqlSafe(sql), values).fetch_all(pool).await?;
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(hits)
+}
