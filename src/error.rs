@@ -41,6 +41,9 @@ pub enum ApiError {
     /// 400 `Invalid version`.
     #[error("invalid version")]
     InvalidVersion,
+    /// 400 `Invalid search type or parameters`.
+    #[error("invalid search type")]
+    InvalidSearchType,
     /// 400 `Vector embedding not found`, `details.embedding_id`.
     #[error("vector embedding not found")]
     VectorEmbeddingNotFound(Option<Uuid>),
@@ -104,6 +107,12 @@ pub enum ApiError {
     /// 500 `NATS error`.
     #[error("nats error: {0}")]
     Nats(String),
+    /// 501 with the given message (`Hybrid placeholder is not implemented yet`, …).
+    #[error("not implemented: {0}")]
+    NotImplemented(&'static str),
+    /// 501 `Full text search is not enabled for this pipeline`, `details.params`.
+    #[error("full text search disabled")]
+    FullTextDisabled(Value),
     /// 500 `Decryption error`.
     #[error("decryption error")]
     Decryption,
@@ -148,6 +157,7 @@ impl ApiError {
             | Self::InvalidMetadata(_)
             | Self::ClassificationMismatch
             | Self::InvalidVersion
+            | Self::InvalidSearchType
             | Self::VectorEmbeddingNotFound(_) => StatusCode::BAD_REQUEST,
             Self::NoApiKey | Self::NoApiSecret | Self::InvalidKeyId | Self::InvalidKeyOrSecret => {
                 StatusCode::UNAUTHORIZED
@@ -158,6 +168,7 @@ impl ApiError {
             | Self::LicenseLimit(_) => StatusCode::FORBIDDEN,
             Self::NotFound { .. } | Self::ObjectNotFound { .. } => StatusCode::NOT_FOUND,
             Self::ConflictUnique | Self::ConflictRelated => StatusCode::CONFLICT,
+            Self::NotImplemented(_) | Self::FullTextDisabled(_) => StatusCode::NOT_IMPLEMENTED,
             Self::Internal(_)
             | Self::Database(_)
             | Self::DatabaseConnection(_)
@@ -194,6 +205,7 @@ impl ApiError {
             ),
             Self::ClassificationMismatch => ("Classification mismatch".to_owned(), None),
             Self::InvalidVersion => ("Invalid version".to_owned(), None),
+            Self::InvalidSearchType => ("Invalid search type or parameters".to_owned(), None),
             Self::VectorEmbeddingNotFound(id) => (
                 "Vector embedding not found".to_owned(),
                 Some(json!({ "embedding_id": id })),
@@ -242,6 +254,11 @@ impl ApiError {
             }
             Self::ConflictUnique => ("Conflict unique error".to_owned(), None),
             Self::ConflictRelated => ("Conflict related error".to_owned(), None),
+            Self::NotImplemented(message) => ((*message).to_owned(), None),
+            Self::FullTextDisabled(params) => (
+                "Full text search is not enabled for this pipeline".to_owned(),
+                Some(json!({ "params": params })),
+            ),
             Self::Internal(reason) => (
                 "Internal error".to_owned(),
                 Some(json!({ "error": reason })),

@@ -6,6 +6,7 @@ pub mod documents;
 pub mod embedding_models;
 pub mod metadata_schema;
 pub mod pipelines;
+pub mod taxonomies;
 pub mod text_splitters;
 
 /// Validates a `name` field: 1–255 characters.

@@ -9,6 +9,7 @@ pub mod install;
 pub mod listing;
 pub mod migrations;
 pub mod pipelines;
+pub mod taxonomies;
 pub mod text_splitters;
 pub mod vectors;
 

@@ -1,0 +1,188 @@
+//! `POST /pipelines/{id}/search` (and the MCP `search_knowledge` tool): parameters, the
+//! embedding to use, classifications, filters, and the three search kinds.
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::auth::{AccessLevel, AuthContext};
+use crate::error::{ApiError, ApiResult};
+use crate::retrieval::search::{self, DistanceStrategy, Hit, Scope};
+use crate::startup::AppState;
+use crate::store::pipelines::PipelineRow;
+
+/// Search kinds of the request's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, poem_openapi::Enum)]
+#[serde(rename_all = "lowercase")]
+#[oai(rename_all = "lowercase")]
+pub enum SearchKind {
+    Similarity,
+    Mmr,
+    /// Full-text search.
+    Search,
+    Hybrid,
+    History,
+    Query,
+}
+
+/// `params` as sent (every field optional).
+#[derive(Debug, Clone, Default, Deserialize, poem_openapi::Object)]
+pub struct SearchParams {
+    /// Fragments to return (0..65535).
+    #[serde(default)]
+    pub k: Option<u16>,
+    /// MMR candidates (0..65535).
+    #[serde(default)]
+    pub fetch_k: Option<u16>,
+    /// MMR balance: 1 relevance only, 0 maximum diversity.
+    #[serde(default)]
+    pub lambda_mult: Option<f64>,
+    /// Maximum distance (vector search) or minimum rank (full-text).
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    /// A vector embedding id of the pipeline, or the id of its model.
+    #[serde(default)]
+    pub embedding: Option<Uuid>,
+}
+
+/// The effective parameters: defaults when `params` is omitted (k 5, fetch_k 10), zeros for
+/// omitted fields when it is present, `lambda_mult` 0.5 either way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveParams {
+    pub k: u64,
+    pub fetch_k: u64,
+    pub lambda_mult: f64,
+    pub threshold: Option<f64>,
+    pub embedding: Option<Uuid>,
+}
+
+impl EffectiveParams {
+    pub fn from_request(params: Option<&SearchParams>) -> Self {
+        match params {
+            None => Self { k: 5, fetch_k: 10, lambda_mult: 0.5, threshold: None, embedding: None },
+            Some(p) => Self {
+                k: p.k.map_or(0, u64::from),
+                fetch_k: p.fetch_k.map_or(0, u64::from),
+                lambda_mult: p.lambda_mult.unwrap_or(0.5),
+                threshold: p.threshold,
+                embedding: p.embedding,
+            },
+        }
+    }
+
+    /// The parsed parameters as the interface echoes them (`details.params`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "k": self.k,
+            "fetch_k": self.fetch_k,
+            "lambda_mult": self.lambda_mult,
+            "threshold": self.threshold,
+            "embedding": self.embedding,
+        })
+    }
+}
+
+/// A search request, already deserialized.
+pub struct SearchInput {
+    pub query: String,
+    pub kind: SearchKind,
+    pub classification: trove_query::classification::ClassificationRequest,
+    pub params: Option<SearchParams>,
+    pub filters: Option<trove_query::filter::Filter>,
+    pub distance_strategy: Option<DistanceStrategy>,
+}
+
+/// The search result object of a hit (no `embedding`, `expired_at` null).
+pub fn hit_object(state: &AppState, hit: Hit) -> ApiResult<Value> {
+    let text = state.cipher.decrypt_text(&hit.content).map_err(|_| ApiError::Decryption)?;
+    let mut object = Map::new();
+    object.insert("id".to_owned(), json!(hit.id));
+    object.insert("classification".to_owned(), json!(hit.classification));
+    object.insert("metadata".to_owned(), hit.metadata);
+    object.insert("document_id".to_owned(), json!(hit.document_id));
+    if !text.is_empty() {
+        object.insert("page_content".to_owned(), json!(text));
+    }
+    object.insert("version".to_owned(), json!(hit.version));
+    object.insert("expired_at".to_owned(), Value::Null);
+    object.insert("score".to_owned(), json!(hit.score));
+    object.insert("order_id".to_owned(), json!(hit.order_id));
+    Ok(Value::Object(object))
+}
+
+/// Which association a vector search uses: `params.embedding` (a vector embedding id or the
+/// id of its model), else the pipeline's default; `Vector embedding not found` otherwise.
+fn vector_embedding(pipeline: &PipelineRow, requested: Option<Uuid>) -> ApiResult<(Uuid, Uuid)> {
+    let (Some(ve), Some(model)) = (pipeline.ve_id, pipeline.em_id) else {
+        return Err(ApiError::VectorEmbeddingNotFound(requested));
+    };
+    match requested {
+        None => Ok((ve, model)),
+        Some(id) if id == ve || id == model => Ok((ve, model)),
+        Some(id) => Err(ApiError::VectorEmbeddingNotFound(Some(id))),
+    }
+}
+
+/// Embeds the query with the pipeline's model.
+pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiResult<Vec<f32>> {
+    let stored = crate::store::embedding::model(&state.pool, model_id)
+        .await?
+        .ok_or(ApiError::NotFound { message: "Embedding model not found", id: Some(model_id) })?;
+    let mut vectors = super::embedding_models::embed_texts(state, &stored, &[query.to_owned()]).await?;
+    vectors.pop().ok_or_else(|| ApiError::Internal("Received empty embedding vector".to_owned()))
+}
+
+/// Runs a search on a pipeline the key can read and execute.
+pub async fn run(state: &AppState, auth: &AuthContext, pipeline_id: Uuid, input: SearchInput) -> ApiResult<Vec<Value>> {
+    let pipeline =
+        super::pipelines::require(&state.pool, auth, pipeline_id, AccessLevel::READ.union(AccessLevel::EXECUTE)).await?;
+    let params = EffectiveParams::from_request(input.params.as_ref());
+    match input.kind {
+        SearchKind::Query => return Err(ApiError::InvalidSearchType),
+        SearchKind::Hybrid => return Err(ApiError::NotImplemented("Hybrid placeholder is not implemented yet")),
+        SearchKind::History => return Err(ApiError::NotImplemented("History placeholder is not implemented yet")),
+        SearchKind::Search if !pipeline.has_full_text_search => {
+            return Err(ApiError::FullTextDisabled(params.to_json()));
+        }
+        _ => {}
+    }
+    let (declared, hierarchy) = crate::store::pipelines::classifications(&state.pool, pipeline_id).await?;
+    let classifications = trove_query::classification::resolve(&input.classification, &declared, &hierarchy)
+        .map_err(|_| ApiError::NotFound { message: "Classification not found", id: None })?;
+    let filter = match &input.filters {
+        Some(filter) => super::filters::compile_for_pipeline(state, &pipeline, filter, "fragments").await?,
+        None => None,
+    };
+    if classifications.is_empty() {
+        return Ok(Vec::new());
+    }
+    let scope = Scope { pipeline_id, classifications: &classifications, filter };
+    let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::Cosine);
+    let hits = match input.kind {
+        SearchKind::Similarity | SearchKind::Mmr => {
+            let (ve, model) = vector_embedding(&pipeline, params.embedding)?;
+            if params.k == 0 || (input.kind == SearchKind::Mmr && params.fetch_k == 0) {
+                return Ok(Vec::new());
+            }
+            let vector = embed_query(state, model, &input.query).await?;
+            if input.kind == SearchKind::Similarity {
+                search::similarity(&state.pool, &scope, ve, &vector, strategy, params.k, params.threshold).await?
+            } else {
+                search::mmr(
+                    &state.pool,
+                    &scope,
+                    ve,
+                    &vector,
+                    strategy,
+                    params.k,
+                    params.fetch_k,
+                    params.lambda_mult,
+                    params.threshold,
+                )
+                .await?
+            }
+        }
+        _ => search::full_text(&state.pool, &scope, &input.query, params.k, params.threshold).await?,
+    };
+    hits.into_iter().map(|hit| hit_object(state, hit)).collect()
+}
