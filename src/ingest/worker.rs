@@ -64,6 +64,7 @@ struct Delivery {
 struct Prepared {
     job: Job,
     expired_at: Option<chrono::DateTime<chrono::Utc>>,
+    expire_older_versions: bool,
     classification: String,
     metadata: Value,
     fragments: Vec<String>,
@@ -71,11 +72,14 @@ struct Prepared {
 
 #[derive(sqlx::FromRow)]
 struct PendingVersion {
+    id: Uuid,
+    version: i64,
     status: String,
     classification: String,
     metadata: Value,
     text_splitter_id: Option<Uuid>,
     expired_at: Option<chrono::DateTime<chrono::Utc>>,
+    expire_older_versions: bool,
     text: Option<Vec<u8>>,
 }
 
@@ -257,26 +261,43 @@ impl Worker {
             return Ok(outcome);
         };
 
-        // Read each version; decide skip / deleted / to process.
+        // Read every version of the group in one statement; decide skip / deleted / process.
         let split_started = Instant::now();
+        let (ids, versions): (Vec<Uuid>, Vec<i64>) = deliveries
+            .iter()
+            .map(|d| (d.job.document_id, d.job.version))
+            .unzip();
+        let rows: Vec<PendingVersion> = sqlx::query_as(
+            "SELECT d.id, d.version, d.status, d.classification, d.metadata, d.text_splitter_id, d.expired_at,
+                    d.expire_older_versions, t.text
+             FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+             JOIN documents d ON d.id = j.id AND d.version = j.version
+             LEFT JOIN document_texts t ON t.document_id = d.id AND t.version = d.version",
+        )
+        .bind(&ids)
+        .bind(&versions)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_job: BTreeMap<(Uuid, i64), PendingVersion> =
+            rows.into_iter().map(|r| ((r.id, r.version), r)).collect();
+
         let mut prepared = Vec::new();
+        let mut texts_by_splitter: BTreeMap<Uuid, Vec<(usize, String)>> = BTreeMap::new();
         let mut finished = Vec::new();
-        let mut splitters: BTreeMap<Uuid, trove_text::SplitterConfig> = BTreeMap::new();
         for delivery in deliveries {
             let job = delivery.job;
-            let version: Option<PendingVersion> = sqlx::query_as(
-                "SELECT d.status, d.classification, d.metadata, d.text_splitter_id, d.expired_at, t.text
-                 FROM documents d LEFT JOIN document_texts t ON t.document_id = d.id AND t.version = d.version
-                 WHERE d.id = $1 AND d.version = $2",
-            )
-            .bind(job.document_id)
-            .bind(job.version)
-            .fetch_optional(&self.pool)
-            .await?;
-            let Some(version) = version else {
-                // Deleted before processing.
-                self.metrics.success.inc();
-                outcome.stored += 1;
+            // A job delivered twice in one batch is processed once; the copy finds the entry
+            // taken and is skipped.
+            let Some(version) = by_job.remove(&(job.document_id, job.version)) else {
+                let already_seen = prepared.iter().any(|p: &Prepared| p.job == job);
+                if already_seen {
+                    self.metrics.skip.inc();
+                    outcome.skipped += 1;
+                } else {
+                    // Deleted before processing.
+                    self.metrics.success.inc();
+                    outcome.stored += 1;
+                }
                 finished.push(&delivery.message);
                 continue;
             };
@@ -300,27 +321,33 @@ impl Worker {
             let splitter_id = version
                 .text_splitter_id
                 .unwrap_or(pipeline.default_text_splitter_id);
-            if let std::collections::btree_map::Entry::Vacant(entry) = splitters.entry(splitter_id)
-            {
-                entry.insert(load_splitter(&self.pool, splitter_id).await?);
-            }
-            let fragments = match splitters.get(&splitter_id) {
-                Some(config) => self
-                    .splitting
-                    .split_all(config, vec![text])
-                    .await
-                    .map_err(GroupError::Split)?
-                    .pop()
-                    .unwrap_or_default(),
-                None => Vec::new(),
-            };
+            texts_by_splitter
+                .entry(splitter_id)
+                .or_default()
+                .push((prepared.len(), text));
             prepared.push(Prepared {
                 job,
                 expired_at: version.expired_at,
+                expire_older_versions: version.expire_older_versions,
                 classification: version.classification,
                 metadata: version.metadata,
-                fragments,
+                fragments: Vec::new(),
             });
+        }
+        // Split per splitter configuration, all texts of one configuration in one call.
+        for (splitter_id, texts) in texts_by_splitter {
+            let config = load_splitter(&self.pool, splitter_id).await?;
+            let (positions, texts): (Vec<usize>, Vec<String>) = texts.into_iter().unzip();
+            let split = self
+                .splitting
+                .split_all(&config, texts)
+                .await
+                .map_err(GroupError::Split)?;
+            for (position, fragments) in positions.into_iter().zip(split) {
+                if let Some(p) = prepared.get_mut(position) {
+                    p.fragments = fragments;
+                }
+            }
         }
         self.metrics
             .text_splitter_latency
@@ -385,113 +412,151 @@ impl Worker {
             .map_err(|e| GroupError::Embed(e.to_string()))
     }
 
-    /// Stores the group's versions; returns, per version, whether it was stored (it may have
-    /// stopped being pending meanwhile).
+    /// Stores the group's versions in one transaction with a fixed number of statements;
+    /// returns, per version, whether it was stored (it may have stopped being pending
+    /// meanwhile, e.g. deleted or processed by another delivery).
     async fn store(
         &self,
         pipeline: &PipelineForWork,
         prepared: &[Prepared],
         vectors: &[Vec<f32>],
     ) -> Result<Vec<bool>, GroupError> {
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut tx = self.pool.begin().await?;
-        let mut stored = Vec::with_capacity(prepared.len());
+        let (ids, versions): (Vec<Uuid>, Vec<i64>) = prepared
+            .iter()
+            .map(|p| (p.job.document_id, p.job.version))
+            .unzip();
+        // Lock the versions that are still pending; only those are stored.
+        let pending: Vec<(Uuid, i64)> = sqlx::query_as(
+            "SELECT d.id, d.version FROM documents d
+             JOIN unnest($1::uuid[], $2::bigint[]) AS j (id, version) ON d.id = j.id AND d.version = j.version
+             WHERE d.status = 'pending' FOR UPDATE OF d",
+        )
+        .bind(&ids)
+        .bind(&versions)
+        .fetch_all(&mut *tx)
+        .await?;
+        let stored: Vec<bool> = prepared
+            .iter()
+            .map(|p| pending.contains(&(p.job.document_id, p.job.version)))
+            .collect();
+
+        // Every fragment of the stored versions, as parallel arrays.
+        let mut fragment_ids = Vec::new();
+        let mut document_ids = Vec::new();
+        let mut fragment_versions = Vec::new();
+        let mut order_ids = Vec::new();
+        let mut classifications = Vec::new();
+        let mut metadata = Vec::new();
+        let mut contents = Vec::new();
+        let mut expired = Vec::new();
+        let mut texts: Vec<Option<&str>> = Vec::new();
+        let mut configs = Vec::new();
+        let mut flat_vectors: Vec<f32> = Vec::new();
         let mut offset = 0;
-        for p in prepared {
+        for (p, keep) in prepared.iter().zip(&stored) {
             let count = p.fragments.len();
             let fragment_vectors = vectors.get(offset..offset + count).unwrap_or_default();
             offset += count;
-            let status: Option<String> = sqlx::query_scalar(
-                "SELECT status FROM documents WHERE id = $1 AND version = $2 FOR UPDATE",
-            )
-            .bind(p.job.document_id)
-            .bind(p.job.version)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if status.as_deref() != Some("pending") {
-                stored.push(false);
+            if !keep {
                 continue;
             }
-            if count > 0 {
-                let ids: Vec<Uuid> = (0..count).map(|_| Uuid::now_v7()).collect();
-                let order_ids: Vec<i32> = (0..count)
-                    .map(|i| i32::try_from(i).unwrap_or(i32::MAX))
-                    .collect();
-                let contents: Vec<Vec<u8>> = p
-                    .fragments
-                    .iter()
-                    .map(|f| self.cipher.encrypt(f.as_bytes()))
-                    .collect();
-                let (texts, configs): (Vec<Option<&str>>, Vec<&str>) =
-                    if pipeline.has_full_text_search {
-                        p.fragments
-                            .iter()
-                            .map(|f| (Some(f.as_str()), trove_text::text_search_config(f)))
-                            .unzip()
-                    } else {
-                        p.fragments.iter().map(|_| (None, "simple")).unzip()
-                    };
-                sqlx::query(
-                    "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
-                                            content, expired_at, tsv)
-                     SELECT u.id, $2, $3, $4, u.order_id, $5, $6, u.content, $7,
-                            CASE WHEN u.txt IS NULL THEN NULL
-                                 ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
-                     FROM unnest($1::uuid[], $8::int[], $9::bytea[], $10::text[], $11::text[])
-                          AS u (id, order_id, content, txt, cfg)",
-                )
-                .bind(&ids)
-                .bind(p.job.pipeline_id)
-                .bind(p.job.document_id)
-                .bind(p.job.version)
-                .bind(&p.classification)
-                .bind(&p.metadata)
-                .bind(p.expired_at)
-                .bind(&order_ids)
-                .bind(&contents)
-                .bind(&texts)
-                .bind(&configs)
-                .execute(&mut *tx)
-                .await?;
-                if let (Some(ve), Some(dimensions)) = (pipeline.ve_id, pipeline.dimensions)
-                    && !fragment_vectors.is_empty()
-                {
-                    let flat: Vec<f32> = fragment_vectors.iter().flatten().copied().collect();
-                    vectors::insert(&mut tx, ve, dimensions, &ids, &flat).await?;
+            for (order_id, text) in p.fragments.iter().enumerate() {
+                fragment_ids.push(Uuid::now_v7());
+                document_ids.push(p.job.document_id);
+                fragment_versions.push(p.job.version);
+                order_ids.push(i32::try_from(order_id).unwrap_or(i32::MAX));
+                classifications.push(p.classification.as_str());
+                metadata.push(&p.metadata);
+                contents.push(self.cipher.encrypt(text.as_bytes()));
+                expired.push(p.expired_at);
+                if pipeline.has_full_text_search {
+                    texts.push(Some(text.as_str()));
+                    configs.push(trove_text::text_search_config(text));
+                } else {
+                    texts.push(None);
+                    configs.push("simple");
                 }
             }
-            sqlx::query("UPDATE documents SET status = 'success', updated_at = now() WHERE id = $1 AND version = $2")
-                .bind(p.job.document_id)
-                .bind(p.job.version)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM document_texts WHERE document_id = $1 AND version = $2")
-                .bind(p.job.document_id)
-                .bind(p.job.version)
-                .execute(&mut *tx)
-                .await?;
-            let expire_older: bool = sqlx::query_scalar(
-                "SELECT expire_older_versions FROM documents WHERE id = $1 AND version = $2",
+            flat_vectors.extend(fragment_vectors.iter().flatten());
+        }
+        if !fragment_ids.is_empty() {
+            sqlx::query(
+                "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
+                                        content, expired_at, tsv)
+                 SELECT u.id, $1, u.document_id, u.version, u.order_id, u.classification, u.metadata, u.content,
+                        u.expired_at,
+                        CASE WHEN u.txt IS NULL THEN NULL
+                             ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
+                 FROM unnest($2::uuid[], $3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::jsonb[], $8::bytea[],
+                             $9::timestamptz[], $10::text[], $11::text[])
+                      AS u (id, document_id, version, order_id, classification, metadata, content, expired_at, txt, cfg)",
             )
-            .bind(p.job.document_id)
-            .bind(p.job.version)
-            .fetch_one(&mut *tx)
+            .bind(pipeline_id_of(prepared))
+            .bind(&fragment_ids)
+            .bind(&document_ids)
+            .bind(&fragment_versions)
+            .bind(&order_ids)
+            .bind(&classifications)
+            .bind(&metadata)
+            .bind(&contents)
+            .bind(&expired)
+            .bind(&texts)
+            .bind(&configs)
+            .execute(&mut *tx)
             .await?;
-            if expire_older {
-                sqlx::query(
-                    "UPDATE documents SET expired_at = now(), updated_at = now()
-                     WHERE id = $1 AND version < $2 AND expired_at IS NULL",
-                )
-                .bind(p.job.document_id)
-                .bind(p.job.version)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query("UPDATE fragments SET expired_at = now() WHERE document_id = $1 AND version < $2 AND expired_at IS NULL")
-                    .bind(p.job.document_id)
-                    .bind(p.job.version)
-                    .execute(&mut *tx)
-                    .await?;
+            if let (Some(ve), Some(dimensions)) = (pipeline.ve_id, pipeline.dimensions)
+                && !flat_vectors.is_empty()
+            {
+                vectors::insert(&mut tx, ve, dimensions, &fragment_ids, &flat_vectors).await?;
             }
-            stored.push(true);
+        }
+        let (done_ids, done_versions): (Vec<Uuid>, Vec<i64>) = pending.iter().copied().unzip();
+        sqlx::query(
+            "UPDATE documents d SET status = 'success', updated_at = now()
+             FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version) WHERE d.id = j.id AND d.version = j.version",
+        )
+        .bind(&done_ids)
+        .bind(&done_versions)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM document_texts t USING unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+             WHERE t.document_id = j.id AND t.version = j.version",
+        )
+        .bind(&done_ids)
+        .bind(&done_versions)
+        .execute(&mut *tx)
+        .await?;
+        // Older versions expire now that their successor succeeded.
+        let (expiring_ids, expiring_versions): (Vec<Uuid>, Vec<i64>) = prepared
+            .iter()
+            .zip(&stored)
+            .filter(|(p, keep)| **keep && p.expire_older_versions)
+            .map(|(p, _)| (p.job.document_id, p.job.version))
+            .unzip();
+        if !expiring_ids.is_empty() {
+            sqlx::query(
+                "UPDATE documents d SET expired_at = now(), updated_at = now()
+                 FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+                 WHERE d.id = j.id AND d.version < j.version AND d.expired_at IS NULL",
+            )
+            .bind(&expiring_ids)
+            .bind(&expiring_versions)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE fragments f SET expired_at = now()
+                 FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+                 WHERE f.document_id = j.id AND f.version < j.version AND f.expired_at IS NULL",
+            )
+            .bind(&expiring_ids)
+            .bind(&expiring_versions)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(stored)
@@ -518,6 +583,14 @@ impl Worker {
         sweeper.abort();
         tracing::info!("worker stopped");
     }
+}
+
+/// The pipeline of a group (all jobs of a group share it).
+fn pipeline_id_of(prepared: &[Prepared]) -> Uuid {
+    prepared
+        .first()
+        .map(|p| p.job.pipeline_id)
+        .unwrap_or_default()
 }
 
 async fn ack(message: &Message) {

@@ -4,7 +4,9 @@
 //! `k`. The statements are sea-query with every value bound; the only identifier that varies
 //! is the association's vector table, rendered from a UUID.
 
-use sea_query::{Alias, Cond, Condition, Expr, ExprTrait, Order, PostgresQueryBuilder, Query, SelectStatement};
+use sea_query::{
+    Alias, Cond, Condition, Expr, ExprTrait, Order, PostgresQueryBuilder, Query, SelectStatement,
+};
 use sea_query_sqlx::SqlxBinder;
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgPool};
@@ -14,8 +16,9 @@ use super::mmr::{self, Similarity};
 use crate::error::{ApiError, ApiResult};
 
 /// How vector distances are measured (lower is closer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, poem_openapi::Enum)]
 #[serde(rename_all = "kebab-case")]
+#[oai(rename_all = "kebab-case")]
 pub enum DistanceStrategy {
     /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
     Cosine,
@@ -79,12 +82,23 @@ fn scoped_select(scope: &Scope<'_>) -> SelectStatement {
     select
         .from(f.clone())
         .columns(
-            ["id", "document_id", "version", "order_id", "classification", "metadata", "content"]
-                .map(|c| (f.clone(), Alias::new(c))),
+            [
+                "id",
+                "document_id",
+                "version",
+                "order_id",
+                "classification",
+                "metadata",
+                "content",
+            ]
+            .map(|c| (f.clone(), Alias::new(c))),
         )
         .and_where(Expr::col((f.clone(), Alias::new("pipeline_id"))).eq(scope.pipeline_id))
         .and_where(Expr::col((f.clone(), Alias::new("expired_at"))).is_null())
-        .and_where(Expr::col((f, Alias::new("classification"))).is_in(scope.classifications.iter().cloned()));
+        .and_where(
+            Expr::col((f, Alias::new("classification")))
+                .is_in(scope.classifications.iter().cloned()),
+        );
     if let Some(filter) = &scope.filter {
         select.cond_where(Cond::all().add(filter.clone()));
     }
@@ -117,12 +131,17 @@ async fn nearest(
     with_embeddings: bool,
 ) -> ApiResult<Vec<(Hit, Option<Vec<f32>>)>> {
     let Some(operator) = strategy.operator() else {
-        return Err(ApiError::Database("the max-inner-product distance strategy is not supported".to_owned()));
+        return Err(ApiError::Database(
+            "the max-inner-product distance strategy is not supported".to_owned(),
+        ));
     };
     let table = Alias::new(crate::store::vectors::table_name(vector_embedding_id));
     let v = Alias::new("v");
     // `operator` is one of three fixed strings; the vector is a bound parameter.
-    let distance = Expr::cust_with_values(format!("\"v\".\"embedding\" {operator} $1::vector"), [vector_literal(query_vector)]);
+    let distance = Expr::cust_with_values(
+        format!("\"v\".\"embedding\" {operator} $1::vector"),
+        [vector_literal(query_vector)],
+    );
     let mut select = scoped_select(scope);
     select
         .expr_as(distance.clone(), Alias::new("score"))
@@ -130,12 +149,16 @@ async fn nearest(
             sea_query::JoinType::InnerJoin,
             table,
             v.clone(),
-            Expr::col((v.clone(), Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
+            Expr::col((v.clone(), Alias::new("fragment_id")))
+                .equals((fragments(), Alias::new("id"))),
         )
         .order_by_expr(distance.clone(), Order::Asc)
         .limit(limit);
     if with_embeddings {
-        select.expr_as(Expr::cust("\"v\".\"embedding\"::real[]"), Alias::new("embedding"));
+        select.expr_as(
+            Expr::cust("\"v\".\"embedding\"::real[]"),
+            Alias::new("embedding"),
+        );
     }
     if let Some(threshold) = threshold {
         select.and_where(distance.lte(threshold));
@@ -150,14 +173,20 @@ async fn nearest(
         .bind(limit.clamp(40, 1000).to_string())
         .execute(&mut *tx)
         .await?;
-    let rows = sqlx::query_with(AssertSqlSafe(sql), values).fetch_all(&mut *tx).await?;
+    let rows = sqlx::query_with(AssertSqlSafe(sql), values)
+        .fetch_all(&mut *tx)
+        .await?;
     tx.commit().await?;
 
     let mut hits = Vec::with_capacity(rows.len());
     for row in rows {
         use sqlx::Row;
         let hit = <Hit as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(&row)?;
-        let embedding: Option<Vec<f32>> = if with_embeddings { row.try_get("embedding")? } else { None };
+        let embedding: Option<Vec<f32>> = if with_embeddings {
+            row.try_get("embedding")?
+        } else {
+            None
+        };
         hits.push((hit, embedding));
     }
     hits.sort_by(|a, b| a.0.score.total_cmp(&b.0.score));
@@ -177,13 +206,26 @@ pub async fn similarity(
     if k == 0 {
         return Ok(Vec::new());
     }
-    let hits = nearest(pool, scope, vector_embedding_id, query_vector, strategy, threshold, k, false).await?;
+    let hits = nearest(
+        pool,
+        scope,
+        vector_embedding_id,
+        query_vector,
+        strategy,
+        threshold,
+        k,
+        false,
+    )
+    .await?;
     Ok(hits.into_iter().map(|(hit, _)| hit).collect())
 }
 
 /// MMR: `fetch_k` candidates by distance, then at most min(k, fetch_k) selected greedily,
 /// returned in distance order.
-#[allow(clippy::too_many_arguments, reason = "the search parameters, passed through")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the search parameters, passed through"
+)]
 pub async fn mmr(
     pool: &PgPool,
     scope: &Scope<'_>,
@@ -198,34 +240,71 @@ pub async fn mmr(
     if k == 0 || fetch_k == 0 {
         return Ok(Vec::new());
     }
-    let candidates = nearest(pool, scope, vector_embedding_id, query_vector, strategy, threshold, fetch_k, true).await?;
-    let vectors: Vec<&[f32]> = candidates.iter().map(|(_, e)| e.as_deref().unwrap_or_default()).collect();
+    let candidates = nearest(
+        pool,
+        scope,
+        vector_embedding_id,
+        query_vector,
+        strategy,
+        threshold,
+        fetch_k,
+        true,
+    )
+    .await?;
+    let vectors: Vec<&[f32]> = candidates
+        .iter()
+        .map(|(_, e)| e.as_deref().unwrap_or_default())
+        .collect();
     let k = usize::try_from(k).unwrap_or(usize::MAX);
-    let chosen = mmr::select(query_vector, &vectors, k, lambda_mult, strategy.similarity());
-    let mut candidates: Vec<Option<Hit>> = candidates.into_iter().map(|(hit, _)| Some(hit)).collect();
-    Ok(chosen.into_iter().filter_map(|i| candidates.get_mut(i).and_then(Option::take)).collect())
+    let chosen = mmr::select(
+        query_vector,
+        &vectors,
+        k,
+        lambda_mult,
+        strategy.similarity(),
+    );
+    let mut candidates: Vec<Option<Hit>> =
+        candidates.into_iter().map(|(hit, _)| Some(hit)).collect();
+    Ok(chosen
+        .into_iter()
+        .filter_map(|i| candidates.get_mut(i).and_then(Option::take))
+        .collect())
 }
 
 /// Full-text search: every remaining word of the query must appear; score is the rank divided
 /// by 1 + the logarithm of the fragment length; highest first.
-pub async fn full_text(pool: &PgPool, scope: &Scope<'_>, query: &str, k: u64, threshold: Option<f64>) -> ApiResult<Vec<Hit>> {
+pub async fn full_text(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+    query: &str,
+    k: u64,
+    threshold: Option<f64>,
+) -> ApiResult<Vec<Hit>> {
     if k == 0 || query.trim().is_empty() {
         return Ok(Vec::new());
     }
     let config = trove_text::text_search_config(query);
-    let tsquery = Expr::cust_with_values("plainto_tsquery($1::regconfig, $2)", [config.to_owned(), query.to_owned()]);
+    let tsquery = Expr::cust_with_values(
+        "plainto_tsquery($1::regconfig, $2)",
+        [config.to_owned(), query.to_owned()],
+    );
     let rank = Expr::cust_with_exprs("ts_rank(\"fragments\".\"tsv\", $1, 1)", [tsquery.clone()]);
     let mut select = scoped_select(scope);
     select
         .expr_as(rank.clone(), Alias::new("score"))
-        .and_where(Expr::cust_with_exprs("\"fragments\".\"tsv\" @@ $1", [tsquery]))
+        .and_where(Expr::cust_with_exprs(
+            "\"fragments\".\"tsv\" @@ $1",
+            [tsquery],
+        ))
         .order_by_expr(rank.clone(), Order::Desc)
         .limit(k);
     if let Some(threshold) = threshold {
         select.and_where(rank.gte(threshold));
     }
     let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
-    let mut hits: Vec<Hit> = sqlx::query_as_with(AssertSqlSafe(sql), values).fetch_all(pool).await?;
+    let mut hits: Vec<Hit> = sqlx::query_as_with(AssertSqlSafe(sql), values)
+        .fetch_all(pool)
+        .await?;
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     Ok(hits)
 }
