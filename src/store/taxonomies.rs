@@ -28,7 +28,17 @@ pub struct TaxonomyRow {
 
 /// A link as a request names it: parent field and value → child field and value.
 #[derive(
-    Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize, sqlx::FromRow, poem_openapi::Object,
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Deserialize,
+    Serialize,
+    sqlx::FromRow,
+    poem_openapi::Object,
 )]
 #[oai(rename = "TaxonomyLink")]
 pub struct Link {
@@ -170,14 +180,16 @@ fn columns(links: &[&Link]) -> [Vec<String>; 4] {
     out
 }
 
-/// Inserts the links this statement can store; returns the stored entries.
+/// Inserts the links this statement can store, in the given order; returns the stored
+/// entries.
 async fn insert_links(
     conn: &mut PgConnection,
     taxonomy_id: Uuid,
-    links: &[&Link],
+    links: &[(Uuid, &Link)],
 ) -> Result<Vec<EntryRow>, sqlx::Error> {
-    let ids: Vec<Uuid> = links.iter().map(|_| Uuid::now_v7()).collect();
-    let [parent_fields, parent_values, child_fields, child_values] = columns(links);
+    let ids: Vec<Uuid> = links.iter().map(|(id, _)| *id).collect();
+    let links: Vec<&Link> = links.iter().map(|(_, link)| *link).collect();
+    let [parent_fields, parent_values, child_fields, child_values] = columns(&links);
     sqlx::query_as(concat!(
         "INSERT INTO taxonomy_entries
              (id, taxonomy_id, parent_field, parent_value, child_field, child_value)
@@ -255,7 +267,11 @@ pub async fn add_entries(
         return Ok(None);
     }
     let mut outcome = AddOutcome::default();
-    let mut pending: Vec<&Link> = links.iter().collect();
+    // Ids follow the request order (so the default `id` order does too); rows are inserted in
+    // the links' own order, the same in every transaction, so that two requests adding
+    // overlapping links wait for each other instead of deadlocking.
+    let mut pending: Vec<(Uuid, &Link)> = links.iter().map(|l| (Uuid::now_v7(), l)).collect();
+    pending.sort_by(|a, b| a.1.cmp(b.1));
     for _ in 0..ADD_ATTEMPTS {
         if pending.is_empty() {
             break;
@@ -263,14 +279,15 @@ pub async fn add_entries(
         let added = insert_links(&mut tx, taxonomy_id, &pending).await?;
         let stored: HashSet<Link> = added.iter().map(EntryRow::link).collect();
         outcome.added.extend(added);
-        pending.retain(|link| !stored.contains(link));
+        pending.retain(|(_, link)| !stored.contains(*link));
         if pending.is_empty() {
             break;
         }
         // A conflicting insert waited for the other transaction, and this statement's
         // snapshot sees its commit; a link removed since then is tried again.
-        let held = holders(&mut tx, &pending).await?;
-        pending.retain(|link| !held.contains_key(*link));
+        let unstored: Vec<&Link> = pending.iter().map(|(_, link)| *link).collect();
+        let held = holders(&mut tx, &unstored).await?;
+        pending.retain(|(_, link)| !held.contains_key(*link));
         outcome.held.extend(held);
     }
     if !pending.is_empty() {
@@ -329,7 +346,11 @@ pub fn entry_list_base(taxonomy_id: Uuid) -> SelectStatement {
     let mut select = Query::select();
     select
         .from(table.clone())
-        .columns(ENTRY_COLUMNS.iter().map(|c| (table.clone(), Alias::new(*c))))
+        .columns(
+            ENTRY_COLUMNS
+                .iter()
+                .map(|c| (table.clone(), Alias::new(*c))),
+        )
         .and_where(Expr::col((table, Alias::new("taxonomy_id"))).eq(taxonomy_id));
     select
 }

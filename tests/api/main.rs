@@ -16,5 +16,6 @@ mod lists;
 mod pipelines;
 mod sidecar;
 mod statistics_metrics;
+mod taxonomies;
 mod text_splitters;
 mod worker;
