@@ -4,6 +4,8 @@
 //! database as plain values (a schema, a hierarchy, a cursor) and returns sea-query statements
 //! whose values are all bound parameters.
 
+pub mod classification;
+pub mod filter;
 pub mod list;
 
 // The list machinery's parts; `list` re-exports their public items.

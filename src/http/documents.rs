@@ -305,10 +305,39 @@ impl DocumentsApi {
         req: &Request,
     ) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request = parse_list_query(&DOCUMENT_LIST, req.uri().query(), &["metadata"])
-            .map_err(ApiError::from)?;
-        service::pipeline_for_read(state, &auth.0, pipeline_id.0).await?;
-        let base = store::documents::list_base(pipeline_id.0);
+        let query = req.uri().query();
+        let mut request =
+            parse_list_query(&DOCUMENT_LIST, query, &["metadata"]).map_err(ApiError::from)?;
+        // The metadata filter language, URL-encoded JSON; grammar errors are query-string
+        // errors (400 plain text).
+        let mut metadata = None;
+        for (key, value) in form_pairs(query) {
+            if key != "metadata" {
+                continue;
+            }
+            if metadata.is_some() {
+                return Err(ApiError::query_string("duplicate field `metadata`").into());
+            }
+            let filter = trove_query::filter::Filter::parse_query_param(&value)
+                .map_err(|reason| ApiError::query_string(format!("metadata: {reason}")))?;
+            metadata = Some((filter, value));
+        }
+        let pipeline = service::pipeline_for_read(state, &auth.0, pipeline_id.0).await?;
+        let mut base = store::documents::list_base(pipeline_id.0);
+        if let Some((filter, raw)) = metadata {
+            let condition = crate::service::filters::compile_for_pipeline(
+                state,
+                &pipeline,
+                &filter,
+                "documents",
+            )
+            .await?;
+            if let Some(condition) = condition {
+                base.cond_where(condition);
+            }
+            let echoed = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
+            request.query_info.insert("metadata".to_owned(), echoed);
+        }
         let envelope =
             store::listing::list::<VersionRow>(&state.pool, &DOCUMENT_LIST, &request, base).await?;
         Ok(Json(ListEnvelope::from(envelope)))

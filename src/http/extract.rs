@@ -271,3 +271,19 @@ impl<T: Send + Sync> Type for Opaque<T> {
         Box::new(std::iter::once(self))
     }
 }
+
+impl<T: DeserializeOwned + Send + Sync> poem_openapi::types::ParseFromJSON for Opaque<T> {
+    fn parse_from_json(value: Option<serde_json::Value>) -> poem_openapi::types::ParseResult<Self> {
+        let value = value.unwrap_or_default();
+        serde_json::from_value(value)
+            .map(Opaque)
+            .map_err(poem_openapi::types::ParseError::custom)
+    }
+}
+
+impl<T: Send + Sync> poem_openapi::types::ToJSON for Opaque<T> {
+    /// Request-only values are never written back.
+    fn to_json(&self) -> Option<serde_json::Value> {
+        None
+    }
+}

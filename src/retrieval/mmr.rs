@@ -31,23 +31,41 @@ impl Similarity {
         match self {
             Self::Cosine => {
                 let denominator = norm(a) * norm(b);
-                if denominator == 0.0 { 0.0 } else { dot(a, b) / denominator }
+                if denominator == 0.0 {
+                    0.0
+                } else {
+                    dot(a, b) / denominator
+                }
             }
             Self::Dot => dot(a, b),
-            Self::Euclidean => -a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt(),
+            Self::Euclidean => -a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y) * (x - y))
+                .sum::<f32>()
+                .sqrt(),
         }
     }
 }
 
 /// Selects up to `k` candidate indexes. `candidates` are in ascending distance order (the
 /// order the database returned them); the result keeps that order.
-pub fn select(query: &[f32], candidates: &[&[f32]], k: usize, lambda: f64, similarity: Similarity) -> Vec<usize> {
+pub fn select(
+    query: &[f32],
+    candidates: &[&[f32]],
+    k: usize,
+    lambda: f64,
+    similarity: Similarity,
+) -> Vec<usize> {
     let k = k.min(candidates.len());
     if k == 0 {
         return Vec::new();
     }
     let lambda = lambda as f32;
-    let relevance: Vec<f32> = candidates.iter().map(|c| similarity.between(query, c)).collect();
+    let relevance: Vec<f32> = candidates
+        .iter()
+        .map(|c| similarity.between(query, c))
+        .collect();
     // Highest similarity of each candidate to any picked one; starts at "nothing picked".
     let mut redundancy = vec![f32::NEG_INFINITY; candidates.len()];
     let mut picked = vec![false; candidates.len()];
@@ -58,7 +76,11 @@ pub fn select(query: &[f32], candidates: &[&[f32]], k: usize, lambda: f64, simil
             if picked[i] {
                 continue;
             }
-            let penalty = if redundancy[i] == f32::NEG_INFINITY { 0.0 } else { redundancy[i] };
+            let penalty = if redundancy[i] == f32::NEG_INFINITY {
+                0.0
+            } else {
+                redundancy[i]
+            };
             let score = lambda * rel - (1.0 - lambda) * penalty;
             // Ties go to the closer candidate (lower index), so the choice is deterministic.
             if best.is_none_or(|(_, s)| score > s) {

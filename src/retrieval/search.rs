@@ -288,7 +288,10 @@ pub async fn full_text(
         "plainto_tsquery($1::regconfig, $2)",
         [config.to_owned(), query.to_owned()],
     );
-    let rank = Expr::cust_with_exprs("ts_rank(\"fragments\".\"tsv\", $1, 1)", [tsquery.clone()]);
+    let rank = Expr::cust_with_exprs(
+        "ts_rank(\"fragments\".\"tsv\", $1, 1)::double precision",
+        [tsquery.clone()],
+    );
     let mut select = scoped_select(scope);
     select
         .expr_as(rank.clone(), Alias::new("score"))

@@ -4,8 +4,10 @@ pub mod api_keys;
 pub mod classifications;
 pub mod documents;
 pub mod embedding_models;
+pub mod filters;
 pub mod metadata_schema;
 pub mod pipelines;
+pub mod search;
 pub mod taxonomies;
 pub mod text_splitters;
 

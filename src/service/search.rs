@@ -59,7 +59,13 @@ pub struct EffectiveParams {
 impl EffectiveParams {
     pub fn from_request(params: Option<&SearchParams>) -> Self {
         match params {
-            None => Self { k: 5, fetch_k: 10, lambda_mult: 0.5, threshold: None, embedding: None },
+            None => Self {
+                k: 5,
+                fetch_k: 10,
+                lambda_mult: 0.5,
+                threshold: None,
+                embedding: None,
+            },
             Some(p) => Self {
                 k: p.k.map_or(0, u64::from),
                 fetch_k: p.fetch_k.map_or(0, u64::from),
@@ -94,7 +100,10 @@ pub struct SearchInput {
 
 /// The search result object of a hit (no `embedding`, `expired_at` null).
 pub fn hit_object(state: &AppState, hit: Hit) -> ApiResult<Value> {
-    let text = state.cipher.decrypt_text(&hit.content).map_err(|_| ApiError::Decryption)?;
+    let text = state
+        .cipher
+        .decrypt_text(&hit.content)
+        .map_err(|_| ApiError::Decryption)?;
     let mut object = Map::new();
     object.insert("id".to_owned(), json!(hit.id));
     object.insert("classification".to_owned(), json!(hit.classification));
@@ -127,36 +136,71 @@ fn vector_embedding(pipeline: &PipelineRow, requested: Option<Uuid>) -> ApiResul
 pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiResult<Vec<f32>> {
     let stored = crate::store::embedding::model(&state.pool, model_id)
         .await?
-        .ok_or(ApiError::NotFound { message: "Embedding model not found", id: Some(model_id) })?;
-    let mut vectors = super::embedding_models::embed_texts(state, &stored, &[query.to_owned()]).await?;
-    vectors.pop().ok_or_else(|| ApiError::Internal("Received empty embedding vector".to_owned()))
+        .ok_or(ApiError::NotFound {
+            message: "Embedding model not found",
+            id: Some(model_id),
+        })?;
+    let mut vectors =
+        super::embedding_models::embed_texts(state, &stored, &[query.to_owned()]).await?;
+    vectors
+        .pop()
+        .ok_or_else(|| ApiError::Internal("Received empty embedding vector".to_owned()))
 }
 
 /// Runs a search on a pipeline the key can read and execute.
-pub async fn run(state: &AppState, auth: &AuthContext, pipeline_id: Uuid, input: SearchInput) -> ApiResult<Vec<Value>> {
-    let pipeline =
-        super::pipelines::require(&state.pool, auth, pipeline_id, AccessLevel::READ.union(AccessLevel::EXECUTE)).await?;
+pub async fn run(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    input: SearchInput,
+) -> ApiResult<Vec<Value>> {
+    let pipeline = super::pipelines::require(
+        &state.pool,
+        auth,
+        pipeline_id,
+        AccessLevel::READ.union(AccessLevel::EXECUTE),
+    )
+    .await?;
     let params = EffectiveParams::from_request(input.params.as_ref());
     match input.kind {
         SearchKind::Query => return Err(ApiError::InvalidSearchType),
-        SearchKind::Hybrid => return Err(ApiError::NotImplemented("Hybrid placeholder is not implemented yet")),
-        SearchKind::History => return Err(ApiError::NotImplemented("History placeholder is not implemented yet")),
+        SearchKind::Hybrid => {
+            return Err(ApiError::NotImplemented(
+                "Hybrid placeholder is not implemented yet",
+            ));
+        }
+        SearchKind::History => {
+            return Err(ApiError::NotImplemented(
+                "History placeholder is not implemented yet",
+            ));
+        }
         SearchKind::Search if !pipeline.has_full_text_search => {
             return Err(ApiError::FullTextDisabled(params.to_json()));
         }
         _ => {}
     }
-    let (declared, hierarchy) = crate::store::pipelines::classifications(&state.pool, pipeline_id).await?;
-    let classifications = trove_query::classification::resolve(&input.classification, &declared, &hierarchy)
-        .map_err(|_| ApiError::NotFound { message: "Classification not found", id: None })?;
+    let (declared, hierarchy) =
+        crate::store::pipelines::classifications(&state.pool, pipeline_id).await?;
+    let classifications =
+        trove_query::classification::resolve(&input.classification, &declared, &hierarchy)
+            .map_err(|_| ApiError::NotFound {
+                message: "Classification not found",
+                id: None,
+            })?;
     let filter = match &input.filters {
-        Some(filter) => super::filters::compile_for_pipeline(state, &pipeline, filter, "fragments").await?,
+        Some(filter) => {
+            super::filters::compile_for_pipeline(state, &pipeline, filter, "fragments").await?
+        }
         None => None,
     };
     if classifications.is_empty() {
         return Ok(Vec::new());
     }
-    let scope = Scope { pipeline_id, classifications: &classifications, filter };
+    let scope = Scope {
+        pipeline_id,
+        classifications: &classifications,
+        filter,
+    };
     let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::Cosine);
     let hits = match input.kind {
         SearchKind::Similarity | SearchKind::Mmr => {
@@ -166,7 +210,16 @@ pub async fn run(state: &AppState, auth: &AuthContext, pipeline_id: Uuid, input:
             }
             let vector = embed_query(state, model, &input.query).await?;
             if input.kind == SearchKind::Similarity {
-                search::similarity(&state.pool, &scope, ve, &vector, strategy, params.k, params.threshold).await?
+                search::similarity(
+                    &state.pool,
+                    &scope,
+                    ve,
+                    &vector,
+                    strategy,
+                    params.k,
+                    params.threshold,
+                )
+                .await?
             } else {
                 search::mmr(
                     &state.pool,
@@ -182,7 +235,16 @@ pub async fn run(state: &AppState, auth: &AuthContext, pipeline_id: Uuid, input:
                 .await?
             }
         }
-        _ => search::full_text(&state.pool, &scope, &input.query, params.k, params.threshold).await?,
+        _ => {
+            search::full_text(
+                &state.pool,
+                &scope,
+                &input.query,
+                params.k,
+                params.threshold,
+            )
+            .await?
+        }
     };
     hits.into_iter().map(|hit| hit_object(state, hit)).collect()
 }

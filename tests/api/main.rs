@@ -14,6 +14,7 @@ mod ingestion;
 mod license;
 mod lists;
 mod pipelines;
+mod search;
 mod sidecar;
 mod statistics_metrics;
 mod taxonomies;

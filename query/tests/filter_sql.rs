@@ -1,0 +1,271 @@
+//! Snapshots of compiled metadata filters (`SELECT id FROM fragments WHERE <condition>`, SQL
+//! text and bound values), stored in the workspace's top-level `snapshots/` folder as
+//! `filter_*.snap`. The schema is `filter_common::schema()`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod filter_common;
+
+use filter_common::render;
+use sea_query::PostgresQueryBuilder;
+use trove_query::filter::{TeqExpansions, TeqStart, teq_expansion_query};
+
+fn snapshot_text(name: &str, description: &str, body: String) {
+    insta::with_settings!({
+        snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../snapshots"),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+        description => description,
+    }, {
+        insta::assert_snapshot!(name, body);
+    });
+}
+
+fn snapshot(name: &str, json: &str) {
+    snapshot_text(name, json, render(json, &TeqExpansions::new()));
+}
+
+fn snapshot_teq(name: &str, json: &str, teq: &TeqExpansions) {
+    snapshot_text(
+        name,
+        &format!("{json}\nexpansion: {teq:?}"),
+        render(json, teq),
+    );
+}
+
+/// Field and a value of each comparable type.
+const TYPED_VALUES: [(&str, &str, &str); 4] = [
+    ("string", "title", r#""Dune""#),
+    ("integer", "year", "1965"),
+    ("number", "price", "9.99"),
+    ("boolean", "draft", "false"),
+];
+
+#[test]
+fn comparisons_on_every_type() {
+    for (op, suffix) in [
+        ("$eq", "eq"),
+        ("$neq", "neq"),
+        ("$gt", "gt"),
+        ("$ge", "ge"),
+        ("$lt", "lt"),
+        ("$le", "le"),
+    ] {
+        for (type_name, field, value) in TYPED_VALUES {
+            let json = format!(r#"{{"{field}": {{"{op}": {value}}}}}"#);
+            snapshot(&format!("filter_{suffix}_{type_name}"), &json);
+        }
+    }
+}
+
+#[test]
+fn integers_on_number_fields_and_large_integers() {
+    snapshot(
+        "filter_eq_number_integer_value",
+        r#"{"price": {"$eq": 10}}"#,
+    );
+    snapshot(
+        "filter_eq_integer_above_i64",
+        r#"{"year": {"$eq": 9223372036854775808}}"#,
+    );
+    snapshot(
+        "filter_eq_integer_extremes",
+        r#"{"$and": [{"year": {"$ge": -9223372036854775808}}, {"year": {"$le": 9223372036854775807}}]}"#,
+    );
+}
+
+#[test]
+fn patterns() {
+    snapshot("filter_like", r#"{"title": {"$like": "Du%"}}"#);
+    snapshot("filter_ilike", r#"{"title": {"$ilike": "%dune_"}}"#);
+    snapshot(
+        "filter_like_escapes",
+        r#"{"title": {"$like": "100\\% pure\\_\\\\%"}}"#,
+    );
+    snapshot(
+        "filter_like_quotes",
+        r#"{"title": {"$like": "it's a \"quote\"; DROP TABLE fragments; --"}}"#,
+    );
+}
+
+#[test]
+fn membership_on_every_type() {
+    let lists = [
+        (
+            "string",
+            "title",
+            r#"["Dune", "it's", "a\"b\\c", "NULL", "x,{y}"]"#,
+        ),
+        ("integer", "year", "[1965, -1, 9223372036854775807]"),
+        ("number", "price", "[9.99, 10, 1e300, -0.5]"),
+        ("boolean", "draft", "[true]"),
+    ];
+    for (op, suffix) in [("$in", "in"), ("$not-in", "not_in")] {
+        for (type_name, field, list) in lists {
+            let json = format!(r#"{{"{field}": {{"{op}": {list}}}}}"#);
+            snapshot(&format!("filter_{suffix}_{type_name}"), &json);
+        }
+    }
+    snapshot("filter_in_empty_boolean", r#"{"draft": {"$in": []}}"#);
+    snapshot(
+        "filter_not_in_empty_boolean",
+        r#"{"draft": {"$not-in": []}}"#,
+    );
+    snapshot(
+        "filter_not_not_in_empty_boolean",
+        r#"{"$not": {"draft": {"$not-in": []}}}"#,
+    );
+    snapshot(
+        "filter_in_integer_above_i64",
+        "{\"year\": {\"$in\": [1, 18446744073709551615]}}",
+    );
+}
+
+#[test]
+fn logical_forms() {
+    snapshot("filter_empty", "{}");
+    snapshot(
+        "filter_field_map",
+        r#"{"title": {"$eq": "Dune"}, "year": {"$gt": 1960}, "draft": {"$eq": false}}"#,
+    );
+    snapshot("filter_and_empty", r#"{"$and": []}"#);
+    snapshot("filter_or_empty", r#"{"$or": []}"#);
+    snapshot(
+        "filter_and",
+        r#"{"$and": [{"title": {"$eq": "Dune"}}, {"year": {"$lt": 2000}}]}"#,
+    );
+    snapshot(
+        "filter_or",
+        r#"{"$or": [{"title": {"$eq": "Dune"}}, {"year": {"$lt": 2000}}]}"#,
+    );
+    snapshot("filter_not", r#"{"$not": {"title": {"$eq": "Dune"}}}"#);
+    snapshot(
+        "filter_not_and",
+        r#"{"$not": {"$and": [{"title": {"$eq": "Dune"}}, {"year": {"$lt": 2000}}]}}"#,
+    );
+    snapshot(
+        "filter_not_or",
+        r#"{"$not": {"$or": [{"title": {"$eq": "Dune"}}, {"year": {"$lt": 2000}}]}}"#,
+    );
+    snapshot(
+        "filter_not_not",
+        r#"{"$not": {"$not": {"title": {"$eq": "Dune"}}}}"#,
+    );
+    snapshot("filter_not_empty", r#"{"$not": {}}"#);
+    snapshot(
+        "filter_or_empty_object_first",
+        r#"{"$or": [{}, {"title": {"$eq": "Dune"}}]}"#,
+    );
+    snapshot(
+        "filter_or_empty_object_later",
+        r#"{"$or": [{"title": {"$eq": "Dune"}}, {}, {"year": {"$eq": 1965}}]}"#,
+    );
+    snapshot("filter_or_only_empty_object", r#"{"$or": [{}]}"#);
+    snapshot(
+        "filter_or_empty_and_later",
+        r#"{"$or": [{"title": {"$eq": "Dune"}}, {"$and": []}]}"#,
+    );
+    snapshot(
+        "filter_and_empty_object",
+        r#"{"$and": [{}, {"title": {"$eq": "Dune"}}]}"#,
+    );
+    snapshot(
+        "filter_nested",
+        r#"{"$and": [
+            {"$or": [{"title": {"$like": "D%"}}, {"$not": {"year": {"$in": [1965, 1984]}}}]},
+            {"$not": {"$and": [{"price": {"$ge": 5}}, {"$or": [{"draft": {"$eq": true}}, {"category": {"$neq": "sf"}}]}]}},
+            {"title": {"$ilike": "%e"}, "year": {"$not-in": [2000]}}
+        ]}"#,
+    );
+}
+
+fn start(field: &str, value: &str, taxonomy_id: &str) -> TeqStart {
+    TeqStart {
+        field: field.into(),
+        value: value.into(),
+        taxonomy_id: taxonomy_id.into(),
+    }
+}
+
+const TAXONOMY: &str = "0190a0f1-7f5e-7c3a-9d5b-3a1f2e4d5c6b";
+
+#[test]
+fn teq_conditions() {
+    snapshot_teq(
+        "filter_teq_no_expansion",
+        &format!(r#"{{"category": {{"$teq": ["science", "{TAXONOMY}"]}}}}"#),
+        &TeqExpansions::new(),
+    );
+    let teq = TeqExpansions::from_rows(
+        [
+            ("category", "science", TAXONOMY, "category", "science"),
+            ("category", "science", TAXONOMY, "category", "physics"),
+            ("category", "science", TAXONOMY, "topic", "optics"),
+            ("category", "science", TAXONOMY, "topic", "quanta"),
+        ]
+        .map(|(a, b, c, d, e)| (a.into(), b.into(), c.into(), d.into(), e.into())),
+    );
+    snapshot_teq(
+        "filter_teq_across_fields",
+        &format!(r#"{{"category": {{"$teq": ["science", "{TAXONOMY}"]}}}}"#),
+        &teq,
+    );
+    snapshot_teq(
+        "filter_teq_not",
+        &format!(r#"{{"$not": {{"category": {{"$teq": ["science", "{TAXONOMY}"]}}}}}}"#),
+        &teq,
+    );
+    snapshot_teq(
+        "filter_teq_unknown_taxonomy",
+        r#"{"category": {"$teq": ["science", "not-a-taxonomy"]}}"#,
+        &teq,
+    );
+}
+
+#[test]
+fn teq_expansion_sql() {
+    let query = teq_expansion_query(&[
+        start("category", "science", TAXONOMY),
+        start("topic", "optics", "not-a-uuid"),
+        start("category", "art", "0190A0F1-7F5E-7C3A-9D5B-3A1F2E4D5C6C"),
+        start("category", "science", TAXONOMY),
+    ])
+    .expect("two starts name possible taxonomies");
+    let (sql, values) = query.build(PostgresQueryBuilder);
+    snapshot_text(
+        "filter_teq_expansion_query",
+        "science (TAXONOMY), optics (not a UUID: not read), art (upper-case UUID), science again",
+        format!("{sql}\n\n{:#?}", values.0),
+    );
+}
+
+/// The condition keeps its meaning when the caller adds conditions of its own (OR at the top
+/// of the filter must stay parenthesized under the caller's AND).
+#[test]
+fn combined_with_the_callers_conditions() {
+    use sea_query::{Alias, Cond, Expr, ExprTrait as _, Query};
+    use trove_query::filter::{compile, validate, validate_teq};
+
+    let json = r#"{"$or": [{"title": {"$eq": "Dune"}}, {"$not": {"year": {"$lt": 2000}}}]}"#;
+    let typed = validate(
+        &filter_common::parse(json).unwrap(),
+        &filter_common::schema(),
+    )
+    .unwrap();
+    validate_teq(&typed, &TeqExpansions::new()).unwrap();
+    let (sql, values) = Query::select()
+        .column(Alias::new("id"))
+        .from(Alias::new("fragments"))
+        .and_where(Expr::col((Alias::new("fragments"), Alias::new("pipeline_id"))).eq(7))
+        .cond_where(
+            Cond::all()
+                .add(compile(&typed, "fragments", &TeqExpansions::new()))
+                .add(Expr::col((Alias::new("fragments"), Alias::new("expired_at"))).is_null()),
+        )
+        .build(PostgresQueryBuilder);
+    snapshot_text(
+        "filter_combined_with_caller_conditions",
+        json,
+        format!("{sql}\n\n{:#?}", values.0),
+    );
+}

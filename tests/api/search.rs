@@ -1,0 +1,377 @@
+//! `POST /pipelines/{id}/search` end to end: ingestion, then similarity, MMR and full-text
+//! searches with classifications and metadata filters.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use trove::ingest::worker::Worker;
+
+use crate::helpers::{AppOptions, TestApp, spawn_app_with};
+
+const DOCS: [(&str, &str, &str, i64); 6] = [
+    (
+        "cats",
+        "public",
+        "Cats purr and sleep in the sun all afternoon.",
+        2020,
+    ),
+    (
+        "dogs",
+        "public",
+        "Dogs bark at the mailman and fetch sticks in the park.",
+        2021,
+    ),
+    (
+        "ships",
+        "internal",
+        "Container ships cross the ocean carrying cargo between harbours.",
+        2022,
+    ),
+    (
+        "trains",
+        "internal",
+        "Freight trains haul coal across the plains at night.",
+        2023,
+    ),
+    (
+        "secret",
+        "restricted",
+        "The vault combination is stored in the secret archive.",
+        2024,
+    ),
+    (
+        "kittens",
+        "public",
+        "Kittens purr loudly and sleep curled in the sun.",
+        2025,
+    ),
+];
+
+/// A pipeline with full-text search, six documents ingested.
+async fn searchable_app() -> (TestApp, String) {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    let model = app.get("/embedding-models?name=default").await.body["data"][0]["id"].clone();
+    let splitter = app
+        .get("/text-splitters?name=recursive-character")
+        .await
+        .body["data"][0]["id"]
+        .clone();
+    let pipeline = app
+        .post(
+            "/pipelines",
+            &json!({
+                "name": "search", "embedding_model_id": model, "default_text_splitter_id": splitter,
+                "has_full_text_search": true,
+                "classifications": ["public", "internal", "restricted"],
+                "hierarchy": [["internal", "public"], ["restricted", "internal"]],
+                "metadata_schema": {"type": "object", "properties": {"year": {"type": "integer"}, "name": {"type": "string"}}},
+            }),
+        )
+        .await;
+    assert_eq!(pipeline.status, StatusCode::CREATED, "{}", pipeline.text);
+    let pid = pipeline.body["id"].as_str().unwrap().to_owned();
+    for (name, classification, text, year) in DOCS {
+        let reply = app
+            .post(
+                &format!("/pipelines/{pid}/documents"),
+                &json!({"external_identifier": name, "classification": classification, "text": text, "metadata": {"year": year, "name": name}}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    }
+    let worker = Worker::from_state(&app.state).await.unwrap();
+    let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
+    assert_eq!(outcome.stored, DOCS.len(), "{outcome:?}");
+    (app, pid)
+}
+
+async fn search(app: &TestApp, pid: &str, body: Value) -> crate::helpers::Reply {
+    app.post(&format!("/pipelines/{pid}/search"), &body).await
+}
+
+fn names(reply: &crate::helpers::Reply) -> Vec<String> {
+    reply
+        .body
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", reply.text))
+        .iter()
+        .map(|f| f["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn similarity_ranks_by_distance_within_the_readers_classifications() {
+    let (app, pid) = searchable_app().await;
+    let reply = search(&app, &pid, json!({"query": "cats purr and sleep in the sun", "type": "similarity", "classification": "public"})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let hits = reply.body.as_array().unwrap();
+    assert_eq!(
+        hits.len(),
+        3,
+        "public sees only the three public documents: {}",
+        reply.text
+    );
+    assert_eq!(hits[0]["metadata"]["name"], "cats");
+    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] <= w[1]),
+        "ascending distance: {scores:?}"
+    );
+    assert!(hits[0].get("embedding").is_none());
+    assert_eq!(hits[0]["expired_at"], Value::Null);
+    assert!(
+        hits[0]["page_content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Cats")
+    );
+
+    // Hierarchy: restricted inherits internal which inherits public.
+    let all = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": ["restricted"], "params": {"k": 10}})).await;
+    assert_eq!(all.body.as_array().unwrap().len(), 6);
+    // Exact matching (search_type 0): only the named classification.
+    let exact = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": {"classifications": ["internal"], "search_type": 0}, "params": {"k": 10}})).await;
+    assert_eq!(exact.body.as_array().unwrap().len(), 2, "{}", exact.text);
+    // Validation (search_type 1) of an undefined name.
+    let undefined = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": {"classifications": ["nope"], "search_type": 1}})).await;
+    assert_eq!(undefined.status, StatusCode::NOT_FOUND);
+    assert_eq!(undefined.message(), "Classification not found");
+    let empty = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "similarity", "classification": []}),
+    )
+    .await;
+    assert_eq!(empty.body, json!([]));
+}
+
+#[tokio::test]
+async fn params_defaults_zeros_and_threshold() {
+    let (app, pid) = searchable_app().await;
+    let defaults = search(
+        &app,
+        &pid,
+        json!({"query": "ocean", "type": "similarity", "classification": "restricted"}),
+    )
+    .await;
+    assert_eq!(
+        defaults.body.as_array().unwrap().len(),
+        5,
+        "k defaults to 5"
+    );
+    let zero = search(&app, &pid, json!({"query": "ocean", "type": "similarity", "classification": "restricted", "params": {}})).await;
+    assert_eq!(zero.body, json!([]), "params present: omitted k is 0");
+    let close = search(&app, &pid, json!({"query": "Cats purr and sleep in the sun all afternoon.", "type": "similarity", "classification": "restricted", "params": {"k": 10, "threshold": 0.0001}})).await;
+    assert_eq!(
+        names(&close),
+        vec!["cats"],
+        "threshold keeps only the identical text (distance 0)"
+    );
+    let too_big = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": "public", "params": {"k": 70000}})).await;
+    assert_eq!(too_big.status, StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn mmr_returns_diverse_results_in_distance_order() {
+    let (app, pid) = searchable_app().await;
+    let reply = search(&app, &pid, json!({"query": "cats purr sleep sun", "type": "mmr", "classification": "public", "params": {"k": 2, "fetch_k": 3, "lambda_mult": 0.1}})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let hits = reply.body.as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(scores[0] <= scores[1]);
+    let min_k = search(&app, &pid, json!({"query": "cats", "type": "mmr", "classification": "public", "params": {"k": 5, "fetch_k": 2}})).await;
+    assert_eq!(
+        min_k.body.as_array().unwrap().len(),
+        2,
+        "at most min(k, fetch_k)"
+    );
+}
+
+#[tokio::test]
+async fn full_text_requires_every_word() {
+    let (app, pid) = searchable_app().await;
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "purr sun", "type": "search", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let mut found = names(&reply);
+    found.sort();
+    assert_eq!(found, vec!["cats", "kittens"]);
+    let scores: Vec<f64> = reply
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["score"].as_f64().unwrap())
+        .collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] >= w[1]),
+        "descending rank: {scores:?}"
+    );
+    let none = search(
+        &app,
+        &pid,
+        json!({"query": "purr ocean", "type": "search", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(none.body, json!([]));
+    let empty = search(
+        &app,
+        &pid,
+        json!({"query": "", "type": "search", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(empty.body, json!([]));
+}
+
+#[tokio::test]
+async fn filters_apply_before_k() {
+    let (app, pid) = searchable_app().await;
+    let reply = search(&app, &pid, json!({"query": "animals", "type": "similarity", "classification": "restricted", "params": {"k": 10},
+        "filters": {"$or": [{"year": {"$lt": 2021}}, {"name": {"$in": ["secret", "ships"]}}]}})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let mut found = names(&reply);
+    found.sort();
+    assert_eq!(found, vec!["cats", "secret", "ships"]);
+    let schema = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": "public", "filters": {"color": {"$eq": "red"}}})).await;
+    assert_eq!(schema.status, StatusCode::BAD_REQUEST);
+    assert_eq!(schema.message(), "Schema error");
+    let grammar = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": "public", "filters": {"year": 2020}})).await;
+    assert_eq!(
+        grammar.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        grammar.text
+    );
+}
+
+#[tokio::test]
+async fn search_errors() {
+    let (app, pid) = searchable_app().await;
+    let query_type = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "query", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(
+        (query_type.status, query_type.message()),
+        (StatusCode::BAD_REQUEST, "Invalid search type or parameters")
+    );
+    let hybrid = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "hybrid", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(
+        (hybrid.status, hybrid.message()),
+        (
+            StatusCode::NOT_IMPLEMENTED,
+            "Hybrid placeholder is not implemented yet"
+        )
+    );
+    let other = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "fuzzy", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let embedding = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": "public", "params": {"k": 1, "embedding": uuid::Uuid::new_v4()}})).await;
+    assert_eq!(
+        (embedding.status, embedding.message()),
+        (StatusCode::BAD_REQUEST, "Vector embedding not found")
+    );
+    let max_ip = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": "public", "distance_strategy": "max-inner-product"})).await;
+    assert_eq!(max_ip.status, StatusCode::INTERNAL_SERVER_ERROR);
+    let unknown = search(
+        &app,
+        &uuid::Uuid::new_v4().to_string(),
+        json!({"query": "x", "type": "similarity", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(
+        (unknown.status, unknown.message()),
+        (StatusCode::NOT_FOUND, "Pipeline not found")
+    );
+    // Read without execute is "not found" on pipeline routes.
+    let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
+    let denied = app
+        .send_as(
+            &reader,
+            reqwest::Method::POST,
+            &format!("/pipelines/{pid}/search"),
+            Some(&json!({"query": "x", "type": "similarity", "classification": "public"})),
+        )
+        .await;
+    assert_eq!(denied.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_document_list_filters_by_metadata() {
+    let (app, pid) = searchable_app().await;
+    let filter = percent_encode(r#"{"year": {"$gt": 2022}}"#);
+    let reply = app
+        .get(&format!(
+            "/pipelines/{pid}/documents?metadata={filter}&order_by=external_identifier"
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let ids: Vec<&str> = reply.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["external_identifier"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["kittens", "secret", "trains"]);
+    assert_eq!(
+        reply.body["query_info"]["metadata"],
+        json!({"year": {"$gt": 2022}})
+    );
+    let grammar = app
+        .get(&format!(
+            "/pipelines/{pid}/documents?metadata={}",
+            percent_encode(r#"{"year": 2020}"#)
+        ))
+        .await;
+    assert_eq!(grammar.status, StatusCode::BAD_REQUEST);
+    assert!(
+        grammar
+            .text
+            .starts_with("Failed to deserialize query string"),
+        "{}",
+        grammar.text
+    );
+    let schema = app
+        .get(&format!(
+            "/pipelines/{pid}/documents?metadata={}",
+            percent_encode(r#"{"color": {"$eq": "x"}}"#)
+        ))
+        .await;
+    assert_eq!(
+        (schema.status, schema.message()),
+        (StatusCode::BAD_REQUEST, "Schema error")
+    );
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
