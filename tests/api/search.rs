@@ -375,3 +375,87 @@ fn percent_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Across random hierarchies, a reader never receives a fragment whose classification is
+/// outside the transitive closure of the names it gave.
+#[tokio::test]
+async fn no_classification_leaks_across_random_hierarchies() {
+    let app = spawn_app_with(AppOptions { no_worker: true, ..AppOptions::default() }).await;
+    let model = app.get("/embedding-models?name=default").await.body["data"][0]["id"].clone();
+    let splitter = app.get("/text-splitters?name=recursive-character").await.body["data"][0]["id"].clone();
+    let worker = Worker::from_state(&app.state).await.unwrap();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    for scenario in 0..12 {
+        let names: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+        // Edges only from a lower to a higher index: no cycles.
+        let mut hierarchy = Vec::new();
+        for a in 0..6 {
+            for b in (a + 1)..6 {
+                if next(3) == 0 {
+                    hierarchy.push((names[a].clone(), names[b].clone()));
+                }
+            }
+        }
+        let pipeline = app
+            .post(
+                "/pipelines",
+                &json!({"name": format!("leak-{scenario}"), "embedding_model_id": model, "default_text_splitter_id": splitter,
+                        "has_full_text_search": true, "classifications": names,
+                        "hierarchy": hierarchy.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>()}),
+            )
+            .await;
+        assert_eq!(pipeline.status, StatusCode::CREATED, "{}", pipeline.text);
+        let pid = pipeline.body["id"].as_str().unwrap().to_owned();
+        for (i, name) in names.iter().enumerate() {
+            for copy in 0..2 {
+                let reply = app
+                    .post(
+                        &format!("/pipelines/{pid}/documents"),
+                        &json!({"external_identifier": format!("{name}-{copy}"), "classification": name,
+                                "text": format!("shared words about topic {i} copy {copy}")}),
+                    )
+                    .await;
+                assert_eq!(reply.status, StatusCode::CREATED);
+            }
+        }
+        worker.step(Duration::from_millis(300)).await.unwrap();
+        for _ in 0..4 {
+            let reader: Vec<String> = names.iter().filter(|_| next(3) == 0).cloned().collect();
+            // The closure: the names plus everything they inherit, transitively.
+            let mut closure: std::collections::BTreeSet<String> = reader.iter().cloned().collect();
+            loop {
+                let before = closure.len();
+                for (a, b) in &hierarchy {
+                    if closure.contains(a) {
+                        closure.insert(b.clone());
+                    }
+                }
+                if closure.len() == before {
+                    break;
+                }
+            }
+            for kind in ["similarity", "mmr", "search"] {
+                let reply = search(&app, &pid, json!({"query": "shared words", "type": kind, "classification": reader,
+                                                       "params": {"k": 100, "fetch_k": 100}})).await;
+                assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+                let got: std::collections::BTreeSet<String> = reply
+                    .body
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f["classification"].as_str().unwrap().to_owned())
+                    .collect();
+                assert!(got.is_subset(&closure), "{kind}: reader {reader:?} got {got:?}, closure {closure:?}");
+                if kind != "mmr" {
+                    assert_eq!(got, closure, "{kind}: every allowed classification is found");
+                }
+            }
+        }
+    }
+}
