@@ -9,6 +9,7 @@ pub mod crypto;
 pub mod error;
 pub mod http;
 pub mod ingest;
+pub mod mcp;
 pub mod metrics;
 pub mod providers;
 pub mod retrieval;

@@ -104,6 +104,55 @@ pub struct FieldSpec {
     pub sortable: bool,
 }
 
+impl FieldSpec {
+    /// A field whose column has the field's name.
+    pub const fn new(
+        name: &'static str,
+        kind: FieldKind,
+        nullable: bool,
+        filters: FilterOps,
+        sortable: bool,
+    ) -> Self {
+        Self {
+            name,
+            column: name,
+            kind,
+            nullable,
+            filters,
+            sortable,
+        }
+    }
+
+    /// `id`: equality, sortable.
+    pub const ID: Self = Self::new("id", FieldKind::Uuid, false, FilterOps::EQ, true);
+    /// `name`: the full text filter set ("‡"), sortable.
+    pub const NAME: Self = Self::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true);
+    /// `description`: equality and `$contains`, nullable, not sortable.
+    pub const DESCRIPTION: Self = Self::new(
+        "description",
+        FieldKind::Text,
+        true,
+        FilterOps::EQ_CONTAINS,
+        false,
+    );
+    /// `created_at`: equality and comparisons ("†"), sortable.
+    pub const CREATED_AT: Self = Self::new(
+        "created_at",
+        FieldKind::Timestamp,
+        false,
+        FilterOps::EQ_COMPARE,
+        true,
+    );
+    /// `updated_at`: equality and comparisons ("†"), sortable.
+    pub const UPDATED_AT: Self = Self::new(
+        "updated_at",
+        FieldKind::Timestamp,
+        false,
+        FilterOps::EQ_COMPARE,
+        true,
+    );
+}
+
 /// Static description of one list operation.
 #[derive(Debug, Clone, Copy)]
 pub struct ListSpec {

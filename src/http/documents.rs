@@ -18,51 +18,34 @@ use crate::store;
 use crate::store::documents::{FragmentRow, VersionRow};
 use crate::time::rfc3339;
 
-const fn field(
-    name: &'static str,
-    kind: FieldKind,
-    nullable: bool,
-    filters: FilterOps,
-    sortable: bool,
-) -> FieldSpec {
-    FieldSpec {
-        name,
-        column: name,
-        kind,
-        nullable,
-        filters,
-        sortable,
-    }
-}
-
 /// Fields of the document list (interface §Pipelines…, addendum §4).
 pub const DOCUMENT_LIST: ListSpec = ListSpec {
     table: "documents",
     fields: &[
-        field("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        field("status", FieldKind::Text, false, FilterOps::EQ, false),
-        field(
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("status", FieldKind::Text, false, FilterOps::EQ, false),
+        FieldSpec::new(
             "classification",
             FieldKind::Text,
             false,
             FilterOps::EQ,
             true,
         ),
-        field(
+        FieldSpec::new(
             "external_identifier",
             FieldKind::Text,
             false,
             FilterOps::EQ_CONTAINS,
             true,
         ),
-        field(
+        FieldSpec::new(
             "created_at",
             FieldKind::Timestamp,
             false,
             FilterOps::EQ_COMPARE,
             true,
         ),
-        field(
+        FieldSpec::new(
             "updated_at",
             FieldKind::Timestamp,
             false,
@@ -78,8 +61,8 @@ pub const DOCUMENT_LIST: ListSpec = ListSpec {
 pub const FRAGMENT_LIST: ListSpec = ListSpec {
     table: "fragments",
     fields: &[
-        field("id", FieldKind::Uuid, false, FilterOps::NONE, true),
-        field("order_id", FieldKind::Integer, false, FilterOps::NONE, true),
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::NONE, true),
+        FieldSpec::new("order_id", FieldKind::Integer, false, FilterOps::NONE, true),
     ],
     echo_unset_filters: false,
     default_order: &["order_id"],

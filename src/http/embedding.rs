@@ -19,47 +19,16 @@ use crate::service::embedding_models::{self as service, ModelChange, NewModel};
 use crate::store;
 use crate::store::embedding::{ModelRow, ProviderRow};
 
-const ID: FieldSpec = FieldSpec {
-    name: "id",
-    column: "id",
-    kind: FieldKind::Uuid,
-    nullable: false,
-    filters: FilterOps::EQ,
-    sortable: true,
-};
-
-const NAME: FieldSpec = FieldSpec {
-    name: "name",
-    column: "name",
-    kind: FieldKind::Text,
-    nullable: false,
-    filters: FilterOps::TEXT_ALL,
-    sortable: true,
-};
-
-const CREATED_AT: FieldSpec = FieldSpec {
-    name: "created_at",
-    column: "created_at",
-    kind: FieldKind::Timestamp,
-    nullable: false,
-    filters: FilterOps::EQ_COMPARE,
-    sortable: true,
-};
-
-const UPDATED_AT: FieldSpec = FieldSpec {
-    name: "updated_at",
-    column: "updated_at",
-    kind: FieldKind::Timestamp,
-    nullable: false,
-    filters: FilterOps::EQ_COMPARE,
-    sortable: true,
-};
-
 /// Fields of the embedding provider list (addendum §4): every filter is echoed in
 /// `query_info`, set or not (interface list rule 9).
 pub const PROVIDER_LIST: ListSpec = ListSpec {
     table: "embedding_providers",
-    fields: &[ID, NAME, CREATED_AT, UPDATED_AT],
+    fields: &[
+        FieldSpec::ID,
+        FieldSpec::NAME,
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
+    ],
     echo_unset_filters: true,
     default_order: &["id"],
 };
@@ -68,8 +37,8 @@ pub const PROVIDER_LIST: ListSpec = ListSpec {
 pub const MODEL_LIST: ListSpec = ListSpec {
     table: "embedding_models",
     fields: &[
-        ID,
-        NAME,
+        FieldSpec::ID,
+        FieldSpec::NAME,
         FieldSpec {
             name: "description",
             column: "description",
@@ -94,8 +63,8 @@ pub const MODEL_LIST: ListSpec = ListSpec {
             filters: FilterOps::EQ_CONTAINS,
             sortable: true,
         },
-        CREATED_AT,
-        UPDATED_AT,
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
     ],
     echo_unset_filters: false,
     default_order: &["id"],

@@ -109,6 +109,12 @@ pub fn app(state: AppState) -> impl Endpoint {
             RouteKind::Statistics,
             false,
         ),
+        (
+            "/mcp",
+            vec![Method::GET, Method::POST, Method::DELETE],
+            RouteKind::Mcp,
+            false,
+        ),
     ] {
         table.add(template, methods, kind, prefix);
     }
@@ -124,10 +130,12 @@ pub fn app(state: AppState) -> impl Endpoint {
         .nest("/_docs-alt", service.redoc())
         .data(state.clone());
     let metrics = state.metrics.clone();
+    let mcp = crate::mcp::endpoint(state.clone());
     let api = service.data(state);
     Shell {
         api,
         reference,
+        mcp,
         routes: Arc::new(routes),
         metrics,
     }

@@ -17,51 +17,34 @@ use crate::service::pipelines::{self as service, NewPipelineInput, PipelineChang
 use crate::store;
 use crate::store::indexes::IndexRow;
 
-const fn field(
-    name: &'static str,
-    kind: FieldKind,
-    nullable: bool,
-    filters: FilterOps,
-    sortable: bool,
-) -> FieldSpec {
-    FieldSpec {
-        name,
-        column: name,
-        kind,
-        nullable,
-        filters,
-        sortable,
-    }
-}
-
 /// Fields of the pipeline list (addendum §4).
 pub const PIPELINE_LIST: ListSpec = ListSpec {
     table: "pipelines",
     fields: &[
-        field("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        field("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
-        field(
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
+        FieldSpec::new(
             "description",
             FieldKind::Text,
             true,
             FilterOps::EQ_CONTAINS,
             false,
         ),
-        field(
+        FieldSpec::new(
             "has_full_text_search",
             FieldKind::Bool,
             false,
             FilterOps::EQ,
             false,
         ),
-        field(
+        FieldSpec::new(
             "created_at",
             FieldKind::Timestamp,
             false,
             FilterOps::EQ_COMPARE,
             true,
         ),
-        field(
+        FieldSpec::new(
             "updated_at",
             FieldKind::Timestamp,
             false,
@@ -77,9 +60,9 @@ pub const PIPELINE_LIST: ListSpec = ListSpec {
 pub const INDEX_LIST: ListSpec = ListSpec {
     table: "pipeline_indexes",
     fields: &[
-        field("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        field("field", FieldKind::Text, false, FilterOps::EQ, true),
-        field(
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("field", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new(
             "created_at",
             FieldKind::Timestamp,
             false,

@@ -15,6 +15,8 @@ pub enum RouteKind {
     Statistics,
     /// `/`, `/healthz`, `/metrics`, `/openapi.json`, `/docs`, `/_docs`, `/_docs-alt`.
     Reference,
+    /// `/mcp`: the MCP endpoint (request id and CORS, as an API operation).
+    Mcp,
 }
 
 /// One template, e.g. `/api-keys/{api_key_id}`.

@@ -19,10 +19,11 @@ const REQUEST_ID: &str = "x-request-id";
 #[derive(Debug, Clone, Copy)]
 pub struct OpenStream;
 
-/// The shell around the API and reference endpoints.
-pub struct Shell<A, R> {
+/// The shell around the API, reference and MCP endpoints.
+pub struct Shell<A, R, M> {
     pub api: A,
     pub reference: R,
+    pub mcp: M,
     pub routes: Arc<RouteTable>,
     pub metrics: ApiMetrics,
 }
@@ -107,7 +108,7 @@ fn is_preflight(req: &Request) -> bool {
             .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
-impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
+impl<A: Endpoint, R: Endpoint, M: Endpoint> Endpoint for Shell<A, R, M> {
     type Output = Response;
 
     async fn call(&self, req: Request) -> poem::Result<Response> {
@@ -127,12 +128,17 @@ impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
         pending.inc();
 
         let mut response = match route.kind {
-            RouteKind::Api | RouteKind::Statistics => {
+            RouteKind::Api | RouteKind::Statistics | RouteKind::Mcp => {
                 let id = request_id(&req);
                 let mut req = req;
                 req.set_data(super::extract::RouteParams(route.params.clone()));
                 let mut response = if is_preflight(&req) {
                     preflight(&req, &route.methods)
+                } else if route.kind == RouteKind::Mcp {
+                    match self.mcp.call(req).await {
+                        Ok(output) => output.into_response(),
+                        Err(err) => error_response(err, &route.methods),
+                    }
                 } else {
                     match self.api.call(req).await {
                         Ok(output) => output.into_response(),
@@ -147,7 +153,11 @@ impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
                 );
                 headers.insert(
                     header::ACCESS_CONTROL_EXPOSE_HEADERS,
-                    HeaderValue::from_static("x-request-id, x-service-tracing-id"),
+                    HeaderValue::from_static(if route.kind == RouteKind::Mcp {
+                        "x-request-id, mcp-session-id"
+                    } else {
+                        "x-request-id, x-service-tracing-id"
+                    }),
                 );
                 response
             }
@@ -174,7 +184,7 @@ impl<A: Endpoint, R: Endpoint> Endpoint for Shell<A, R> {
     }
 }
 
-impl<A, R> Shell<A, R> {
+impl<A, R, M> Shell<A, R, M> {
     fn record(&self, method: &str, endpoint: &str, status: StatusCode, started: Instant) {
         let status = status.as_u16().to_string();
         let labels = [method, status.as_str(), endpoint];

@@ -15,44 +15,27 @@ use crate::service::taxonomies::{self as service, AddedEntries, NewTaxonomy, Tax
 use crate::store;
 use crate::store::taxonomies::{EntryRow, Link, TaxonomyRow};
 
-const fn field(
-    name: &'static str,
-    kind: FieldKind,
-    nullable: bool,
-    filters: FilterOps,
-    sortable: bool,
-) -> FieldSpec {
-    FieldSpec {
-        name,
-        column: name,
-        kind,
-        nullable,
-        filters,
-        sortable,
-    }
-}
-
 /// Fields of the taxonomy list (addendum §4).
 pub const TAXONOMY_LIST: ListSpec = ListSpec {
     table: "taxonomies",
     fields: &[
-        field("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        field("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
-        field(
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
+        FieldSpec::new(
             "description",
             FieldKind::Text,
             true,
             FilterOps::EQ_CONTAINS,
             false,
         ),
-        field(
+        FieldSpec::new(
             "created_at",
             FieldKind::Timestamp,
             false,
             FilterOps::EQ_COMPARE,
             true,
         ),
-        field(
+        FieldSpec::new(
             "updated_at",
             FieldKind::Timestamp,
             false,
@@ -68,12 +51,12 @@ pub const TAXONOMY_LIST: ListSpec = ListSpec {
 pub const ENTRY_LIST: ListSpec = ListSpec {
     table: "taxonomy_entries",
     fields: &[
-        field("id", FieldKind::Uuid, false, FilterOps::NONE, true),
-        field("parent_field", FieldKind::Text, false, FilterOps::EQ, true),
-        field("parent_value", FieldKind::Text, false, FilterOps::EQ, true),
-        field("child_field", FieldKind::Text, false, FilterOps::EQ, true),
-        field("child_value", FieldKind::Text, false, FilterOps::EQ, true),
-        field(
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::NONE, true),
+        FieldSpec::new("parent_field", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new("parent_value", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new("child_field", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new("child_value", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new(
             "created_at",
             FieldKind::Timestamp,
             false,

@@ -19,46 +19,15 @@ use crate::service::text_splitters::{self as service, NewSplitter, SplitterChang
 use crate::store;
 use crate::store::text_splitters::{ProviderRow, SplitterRow};
 
-const ID: FieldSpec = FieldSpec {
-    name: "id",
-    column: "id",
-    kind: FieldKind::Uuid,
-    nullable: false,
-    filters: FilterOps::EQ,
-    sortable: true,
-};
-
-const NAME: FieldSpec = FieldSpec {
-    name: "name",
-    column: "name",
-    kind: FieldKind::Text,
-    nullable: false,
-    filters: FilterOps::TEXT_ALL,
-    sortable: true,
-};
-
-const CREATED_AT: FieldSpec = FieldSpec {
-    name: "created_at",
-    column: "created_at",
-    kind: FieldKind::Timestamp,
-    nullable: false,
-    filters: FilterOps::EQ_COMPARE,
-    sortable: true,
-};
-
-const UPDATED_AT: FieldSpec = FieldSpec {
-    name: "updated_at",
-    column: "updated_at",
-    kind: FieldKind::Timestamp,
-    nullable: false,
-    filters: FilterOps::EQ_COMPARE,
-    sortable: true,
-};
-
 /// Fields of the text splitter provider list (addendum §4).
 pub const PROVIDER_LIST: ListSpec = ListSpec {
     table: "text_splitter_providers",
-    fields: &[ID, NAME, CREATED_AT, UPDATED_AT],
+    fields: &[
+        FieldSpec::ID,
+        FieldSpec::NAME,
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
+    ],
     echo_unset_filters: false,
     default_order: &["id"],
 };
@@ -67,8 +36,8 @@ pub const PROVIDER_LIST: ListSpec = ListSpec {
 pub const SPLITTER_LIST: ListSpec = ListSpec {
     table: "text_splitters",
     fields: &[
-        ID,
-        NAME,
+        FieldSpec::ID,
+        FieldSpec::NAME,
         FieldSpec {
             name: "description",
             column: "description",
@@ -85,8 +54,8 @@ pub const SPLITTER_LIST: ListSpec = ListSpec {
             filters: FilterOps::EQ,
             sortable: true,
         },
-        CREATED_AT,
-        UPDATED_AT,
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
     ],
     echo_unset_filters: false,
     default_order: &["id"],

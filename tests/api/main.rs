@@ -13,6 +13,7 @@ mod embedding;
 mod ingestion;
 mod license;
 mod lists;
+mod mcp;
 mod pipelines;
 mod search;
 mod sidecar;

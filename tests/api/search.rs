@@ -380,9 +380,17 @@ fn percent_encode(s: &str) -> String {
 /// outside the transitive closure of the names it gave.
 #[tokio::test]
 async fn no_classification_leaks_across_random_hierarchies() {
-    let app = spawn_app_with(AppOptions { no_worker: true, ..AppOptions::default() }).await;
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
     let model = app.get("/embedding-models?name=default").await.body["data"][0]["id"].clone();
-    let splitter = app.get("/text-splitters?name=recursive-character").await.body["data"][0]["id"].clone();
+    let splitter = app
+        .get("/text-splitters?name=recursive-character")
+        .await
+        .body["data"][0]["id"]
+        .clone();
     let worker = Worker::from_state(&app.state).await.unwrap();
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = |bound: u64| {
@@ -441,8 +449,13 @@ async fn no_classification_leaks_across_random_hierarchies() {
                 }
             }
             for kind in ["similarity", "mmr", "search"] {
-                let reply = search(&app, &pid, json!({"query": "shared words", "type": kind, "classification": reader,
-                                                       "params": {"k": 100, "fetch_k": 100}})).await;
+                let reply = search(
+                    &app,
+                    &pid,
+                    json!({"query": "shared words", "type": kind, "classification": reader,
+                                                       "params": {"k": 100, "fetch_k": 100}}),
+                )
+                .await;
                 assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
                 let got: std::collections::BTreeSet<String> = reply
                     .body
@@ -451,9 +464,15 @@ async fn no_classification_leaks_across_random_hierarchies() {
                     .iter()
                     .map(|f| f["classification"].as_str().unwrap().to_owned())
                     .collect();
-                assert!(got.is_subset(&closure), "{kind}: reader {reader:?} got {got:?}, closure {closure:?}");
+                assert!(
+                    got.is_subset(&closure),
+                    "{kind}: reader {reader:?} got {got:?}, closure {closure:?}"
+                );
                 if kind != "mmr" {
-                    assert_eq!(got, closure, "{kind}: every allowed classification is found");
+                    assert_eq!(
+                        got, closure,
+                        "{kind}: every allowed classification is found"
+                    );
                 }
             }
         }

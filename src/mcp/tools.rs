@@ -1,0 +1,592 @@
+//! The three read-only tools: their definitions (`tools/list`) and their execution
+//! (`tools/call`), on the same service functions and permission rules as REST.
+
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, ErrorCode, JsonObject, Tool, ToolAnnotations};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use trove_query::list::{FieldFilter, FilterOp, ListRequest, OrderField, PageRequest};
+use uuid::Uuid;
+
+use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::error::ApiError;
+use crate::startup::AppState;
+use crate::store;
+use crate::store::pipelines::PipelineRow;
+
+pub const GET_PIPELINES: &str = "get_pipelines";
+pub const GET_PIPELINE_CLASSIFICATIONS: &str = "get_pipeline_classifications";
+pub const SEARCH_KNOWLEDGE: &str = "search_knowledge";
+
+/// JSON Schema dialect of every input and output schema.
+const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// `get_pipelines` page size when `limit` is omitted or null.
+pub const DEFAULT_PIPELINE_LIMIT: u64 = 10;
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn tool(
+    name: &'static str,
+    description: &'static str,
+    input: Value,
+    output: Value,
+    idempotent: bool,
+) -> Tool {
+    Tool::new(name, description, schema(input))
+        .with_raw_output_schema(schema(output))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(true)
+                .destructive(false)
+                .idempotent(idempotent)
+                .open_world(false),
+        )
+}
+
+/// The tools, alphabetically (one page).
+pub fn definitions() -> Vec<Tool> {
+    vec![
+        tool(
+            GET_PIPELINE_CLASSIFICATIONS,
+            "List the classifications of a pipeline and their inheritance hierarchy (pairs of \
+             classification and inherited classification). Requires read permission on the \
+             pipeline and the classification allow-list `*`.",
+            json!({
+                "$schema": DRAFT_2020_12,
+                "type": "object",
+                "properties": {
+                    "pipeline_id": {
+                        "type": "string",
+                        "format": "uuid",
+                        "description": "Identifier of the pipeline.",
+                    },
+                },
+                "required": ["pipeline_id"],
+            }),
+            json!({
+                "$schema": DRAFT_2020_12,
+                "type": "object",
+                "properties": {
+                    "classifications": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Classification names of the pipeline.",
+                    },
+                    "hierarchy": {
+                        "type": "array",
+                        "items": {
+                            "type": "array",
+                            "prefixItems": [{"type": "string"}, {"type": "string"}],
+                            "items": false,
+                            "minItems": 2,
+                            "maxItems": 2,
+                        },
+                        "description": "Pairs [classification, inherited classification].",
+                    },
+                },
+                "required": ["classifications", "hierarchy"],
+            }),
+            true,
+        ),
+        tool(
+            GET_PIPELINES,
+            "List the pipelines the key can read, ordered by pipeline id. `query` keeps \
+             pipelines whose name contains it (case-sensitive; `%` and `_` act as wildcards). \
+             Page with `limit` (default 10) and `offset` (default 0): the next page starts at \
+             `offset + limit`; a page shorter than `limit` is the last one. \
+             `embedding_model_id` in the output is the pipeline's vector embedding identifier, \
+             not an embedding model id accepted by `search_knowledge`.",
+            json!({
+                "$schema": DRAFT_2020_12,
+                "type": "object",
+                "properties": {
+                    "limit": {
+                        "type": ["integer", "null"],
+                        "minimum": 0,
+                        "default": DEFAULT_PIPELINE_LIMIT,
+                        "description": "Pipelines to return (0 returns none).",
+                    },
+                    "offset": {
+                        "type": ["integer", "null"],
+                        "minimum": 0,
+                        "default": 0,
+                        "description": "Pipelines to skip.",
+                    },
+                    "query": {
+                        "type": ["string", "null"],
+                        "description": "Substring of the pipeline name (case-sensitive; `%` and `_` are wildcards).",
+                    },
+                },
+            }),
+            json!({
+                "$schema": DRAFT_2020_12,
+                "type": "object",
+                "properties": {
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "default_text_splitter_id": {"type": "string", "format": "uuid"},
+                                "description": {"type": ["string", "null"]},
+                                "embedding_model_id": {
+                                    "type": ["string", "null"],
+                                    "format": "uuid",
+                                    "description": "The vector embedding identifier of the pipeline.",
+                                },
+                                "name": {"type": "string"},
+                                "pipeline_id": {"type": "string", "format": "uuid"},
+                            },
+                            "required": [
+                                "default_text_splitter_id",
+                                "description",
+                                "embedding_model_id",
+                                "name",
+                                "pipeline_id",
+                            ],
+                        },
+                    },
+                },
+                "required": ["results"],
+            }),
+            false,
+        ),
+        tool(
+            SEARCH_KNOWLEDGE,
+            "Search the fragments of a pipeline's documents. `type`: `similarity` (vector \
+             distance), `mmr` (maximal marginal relevance) or `search` (full-text). \
+             `classifications` names the classifications the reader holds (hierarchical \
+             matching; an empty list returns nothing). `embedding_model_id` defaults to the \
+             pipeline's embedding model. `params`: `k` (default 5), `fetch_k` (MMR candidates, \
+             default 10), `lambda_mult` (MMR, default 0.5), `threshold`; when `params` is given, \
+             an omitted `k` or `fetch_k` is 0. Distances are cosine. Requires read and execute \
+             permission on the pipeline.",
+            json!({
+                "$schema": DRAFT_2020_12,
+                "type": "object",
+                "properties": {
+                    "pipeline_id": {
+                        "type": "string",
+                        "format": "uuid",
+                        "description": "Identifier of the pipeline.",
+                    },
+                    "query": {"type": "string", "description": "Search text."},
+                    "classifications": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Classifications of the reader (hierarchical matching).",
+                    },
+                    "type": {
+                        "type": "string",
+                        "enum": ["similarity", "mmr", "search", "query", "hybrid", "history"],
+                        "description": "Search type: `similarity`, `mmr` or `search` (full-text).",
+                    },
+                    "embedding_model_id": {
+                        "type": ["string", "null"],
+                        "format": "uuid",
+                        "description": "Id of an embedding model of the pipeline (default: the pipeline's).",
+                    },
+                    "params": {
+                        "type": ["object", "null"],
+                        "properties": {
+                            "k": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+                            "fetch_k": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+                            "lambda_mult": {"type": ["number", "null"]},
+                            "threshold": {"type": ["number", "null"]},
+                            "embedding": {"description": "Accepted and ignored."},
+                        },
+                    },
+                },
+                "required": ["pipeline_id", "query", "classifications", "type"],
+            }),
+            json!({
+                "$schema": DRAFT_2020_12,
+                "type": "object",
+                "properties": {
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "classification": {"type": "string"},
+                                "document_id": {"type": "string", "format": "uuid"},
+                                "embedding": {"type": ["array", "null"], "items": {"type": "number"}},
+                                "expired_at": {"type": ["string", "null"]},
+                                "id": {"type": "string", "format": "uuid"},
+                                "metadata": {"type": "object"},
+                                "order_id": {"type": "integer"},
+                                "page_content": {"type": "string"},
+                                "score": {"type": ["number", "null"]},
+                                "version": {"type": "integer"},
+                            },
+                            "required": [
+                                "classification",
+                                "document_id",
+                                "id",
+                                "metadata",
+                                "order_id",
+                                "version",
+                            ],
+                        },
+                    },
+                },
+                "required": ["results"],
+            }),
+            true,
+        ),
+    ]
+}
+
+/// How a tool call ends: a result (possibly `isError` for argument errors) or a JSON-RPC
+/// error.
+pub type ToolOutcome = Result<CallToolResult, ErrorData>;
+
+/// Runs one tool for an authenticated key.
+pub async fn call(
+    state: &AppState,
+    auth: &AuthContext,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> ToolOutcome {
+    let arguments = Value::Object(arguments.unwrap_or_default());
+    match name {
+        GET_PIPELINES => match parse(arguments) {
+            Ok(args) => get_pipelines(state, auth, args).await,
+            Err(result) => Ok(result),
+        },
+        GET_PIPELINE_CLASSIFICATIONS => match parse(arguments) {
+            Ok(args) => get_pipeline_classifications(state, auth, args).await,
+            Err(result) => Ok(result),
+        },
+        SEARCH_KNOWLEDGE => match parse(arguments) {
+            Ok(args) => search_knowledge(state, auth, args).await,
+            Err(result) => Ok(result),
+        },
+        _ => Err(ErrorData::invalid_params("tool not found", None)),
+    }
+}
+
+/// Arguments that do not match the input schema: a result with `isError` true.
+fn parse<T: DeserializeOwned>(arguments: Value) -> Result<T, CallToolResult> {
+    serde_json::from_value(arguments).map_err(|error| {
+        CallToolResult::error(vec![ContentBlock::text(format!(
+            "failed to deserialize parameters: {error}"
+        ))])
+    })
+}
+
+/// A successful result: the output as one text block (keys alphabetical) and as structured
+/// content.
+fn output(value: Value) -> ToolOutcome {
+    Ok(CallToolResult::structured(value))
+}
+
+/// `-32600` with the UUID parser's message.
+fn parse_uuid(text: &str) -> Result<Uuid, ErrorData> {
+    Uuid::parse_str(text).map_err(|error| ErrorData::invalid_request(error.to_string(), None))
+}
+
+/// The JSON-RPC error of a service failure.
+fn service_error(error: ApiError) -> ErrorData {
+    match error {
+        ApiError::NotFound {
+            message: "Pipeline not found",
+            id,
+        } => ErrorData::new(
+            ErrorCode::RESOURCE_NOT_FOUND,
+            "Pipeline not found",
+            Some(json!({ "id": id })),
+        ),
+        ApiError::AccessDenied { level, .. } => {
+            ErrorData::internal_error(format!("Authorization error: {level}"), None)
+        }
+        other => ErrorData::internal_error(describe(&other), None),
+    }
+}
+
+/// A one-line description of a failure (the REST message, or its reason where the REST
+/// message is the generic `Internal error`).
+fn describe(error: &ApiError) -> String {
+    match error {
+        ApiError::Internal(reason) | ApiError::Database(reason) => reason.clone(),
+        ApiError::Grpc(status) => format!("gRPC error: {status}"),
+        ApiError::DatabaseConnection(reason) => format!("Database connection error: {reason}"),
+        ApiError::Decryption => "Decryption error".to_owned(),
+        ApiError::NotFound { message, .. } => (*message).to_owned(),
+        ApiError::InvalidSearchType => "Invalid search type or parameters".to_owned(),
+        ApiError::NotImplemented(message) => (*message).to_owned(),
+        ApiError::FullTextDisabled(_) => {
+            "Full text search is not enabled for this pipeline".to_owned()
+        }
+        ApiError::VectorEmbeddingNotFound(_) => "Vector embedding not found".to_owned(),
+        ApiError::Nats(_) => "NATS error".to_owned(),
+        ApiError::Plain { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// get_pipelines
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+struct GetPipelinesArgs {
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    offset: Option<u64>,
+    #[serde(default)]
+    query: Option<String>,
+}
+
+/// One pipeline as `get_pipelines` shows it.
+fn pipeline_summary(row: &PipelineRow) -> Value {
+    json!({
+        "default_text_splitter_id": row.default_text_splitter_id,
+        "description": row.description,
+        "embedding_model_id": row.ve_id,
+        "name": row.name,
+        "pipeline_id": row.id,
+    })
+}
+
+/// `GET /pipelines?name$contains=<query>&limit=..&offset=..`, ordered by id.
+async fn get_pipelines(
+    state: &AppState,
+    auth: &AuthContext,
+    args: GetPipelinesArgs,
+) -> ToolOutcome {
+    let limit = args.limit.unwrap_or(DEFAULT_PIPELINE_LIMIT);
+    if limit == 0 {
+        return output(json!({ "results": [] }));
+    }
+    let request = ListRequest {
+        page: PageRequest::Offset {
+            limit,
+            offset: args.offset.unwrap_or(0),
+        },
+        count: false,
+        order_by: vec![OrderField {
+            field: "id",
+            descending: false,
+        }],
+        explicit_order: false,
+        filters: args
+            .query
+            .map(|query| FieldFilter {
+                field: "name",
+                op: FilterOp::Contains,
+                value: Value::String(query),
+            })
+            .into_iter()
+            .collect(),
+        query_info: serde_json::Map::new(),
+    };
+    let base = store::pipelines::list_base(auth.readable_ids(ObjectType::Pipelines));
+    let envelope = store::listing::list_mapped(
+        &state.pool,
+        &crate::http::pipelines::PIPELINE_LIST,
+        &request,
+        base,
+        |row: PipelineRow| Ok(pipeline_summary(&row)),
+    )
+    .await
+    .map_err(service_error)?;
+    output(json!({ "results": envelope.data }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// get_pipeline_classifications
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+struct PipelineArgs {
+    pipeline_id: String,
+}
+
+async fn get_pipeline_classifications(
+    state: &AppState,
+    auth: &AuthContext,
+    args: PipelineArgs,
+) -> ToolOutcome {
+    let id = parse_uuid(&args.pipeline_id)?;
+    let (classifications, hierarchy) =
+        crate::service::pipelines::classifications(&state.pool, auth, id)
+            .await
+            .map_err(service_error)?;
+    let hierarchy: Vec<[String; 2]> = hierarchy.into_iter().map(|(a, b)| [a, b]).collect();
+    output(json!({ "classifications": classifications, "hierarchy": hierarchy }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// search_knowledge
+// ---------------------------------------------------------------------------------------------
+
+/// `type` of `search_knowledge` (the schema lists every value; only the first three run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchType {
+    Similarity,
+    Mmr,
+    Search,
+    Query,
+    Hybrid,
+    History,
+}
+
+/// `params` of `search_knowledge`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SearchToolParams {
+    #[serde(default)]
+    pub k: Option<u16>,
+    #[serde(default)]
+    pub fetch_k: Option<u16>,
+    #[serde(default)]
+    pub lambda_mult: Option<f64>,
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    /// Accepted and ignored (the model is chosen by `embedding_model_id`).
+    #[serde(default)]
+    pub embedding: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchArgs {
+    pipeline_id: String,
+    query: String,
+    classifications: Vec<String>,
+    #[serde(rename = "type")]
+    kind: SearchType,
+    #[serde(default)]
+    embedding_model_id: Option<String>,
+    #[serde(default)]
+    params: Option<SearchToolParams>,
+}
+
+/// The effective parameters: `k` 5 and `fetch_k` 10 when `params` is omitted; 0 for an omitted
+/// one when it is present; `lambda_mult` 0.5 unless given.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Effective {
+    pub k: u16,
+    pub fetch_k: u16,
+    pub lambda_mult: f64,
+    pub threshold: Option<f64>,
+}
+
+impl Effective {
+    pub fn of(params: Option<&SearchToolParams>) -> Self {
+        match params {
+            None => Self {
+                k: 5,
+                fetch_k: 10,
+                lambda_mult: 0.5,
+                threshold: None,
+            },
+            Some(p) => Self {
+                k: p.k.unwrap_or(0),
+                fetch_k: p.fetch_k.unwrap_or(0),
+                lambda_mult: p.lambda_mult.unwrap_or(0.5),
+                threshold: p.threshold,
+            },
+        }
+    }
+}
+
+/// What the search itself receives once the pipeline is readable and executable, the model
+/// chosen and the query embedded.
+pub struct SearchRequest<'a> {
+    pub pipeline: &'a PipelineRow,
+    pub query: String,
+    pub kind: SearchType,
+    pub classifications: Vec<String>,
+    pub embedding_model_id: Uuid,
+    pub query_vector: Vec<f32>,
+    pub params: Effective,
+}
+
+async fn search_knowledge(state: &AppState, auth: &AuthContext, args: SearchArgs) -> ToolOutcome {
+    let pipeline_id = parse_uuid(&args.pipeline_id)?;
+    let requested_model = args
+        .embedding_model_id
+        .as_deref()
+        .map(parse_uuid)
+        .transpose()?;
+    let params = Effective::of(args.params.as_ref());
+
+    // 1. The pipeline, with read and execute.
+    let pipeline = crate::service::pipelines::require(
+        &state.pool,
+        auth,
+        pipeline_id,
+        AccessLevel::READ.union(AccessLevel::EXECUTE),
+    )
+    .await
+    .map_err(service_error)?;
+
+    // 2. The embedding model: one of the pipeline's, by model id.
+    let model_id = match (requested_model, pipeline.em_id) {
+        (Some(requested), Some(model)) if requested == model => model,
+        (Some(_), _) => {
+            return Err(ErrorData::invalid_request(
+                "Embedding model not found",
+                None,
+            ));
+        }
+        (None, Some(model)) => model,
+        (None, None) => {
+            return Err(ErrorData::invalid_request(
+                "Missing embedding model ID",
+                None,
+            ));
+        }
+    };
+
+    // 3. The query's embedding, for every type.
+    let query_vector = super::search::embed_query(state, model_id, &args.query)
+        .await
+        .map_err(service_error)?;
+
+    // 4. The search.
+    let request = SearchRequest {
+        pipeline: &pipeline,
+        query: args.query,
+        kind: args.kind,
+        classifications: args.classifications,
+        embedding_model_id: model_id,
+        query_vector,
+        params,
+    };
+    match super::search::run(state, auth, request).await {
+        Ok(fragments) => {
+            let results: Vec<Value> = fragments.into_iter().map(with_null_fields).collect();
+            output(json!({ "results": results }))
+        }
+        Err(ApiError::InvalidSearchType) => Err(ErrorData::internal_error(
+            "Invalid search type or parameters",
+            None,
+        )),
+        Err(ApiError::NotImplemented(message)) => Err(ErrorData::internal_error(
+            message,
+            Some(json!({ "params": { "params": super::search::params_json(params, model_id) } })),
+        )),
+        Err(other) => Err(service_error(other)),
+    }
+}
+
+/// MCP fragments carry `embedding` and `expired_at` as null (addendum §16).
+fn with_null_fields(mut fragment: Value) -> Value {
+    if let Value::Object(map) = &mut fragment {
+        map.insert("embedding".to_owned(), Value::Null);
+        map.insert("expired_at".to_owned(), Value::Null);
+    }
+    fragment
+}
