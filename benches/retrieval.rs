@@ -46,11 +46,15 @@ fn filter_compilation(c: &mut Criterion) {
     let text = filter_30().to_string();
     c.bench_function("filter_parse_validate_compile_30_conditions", |b| {
         b.iter(|| {
-            let filter: Filter = serde_json::from_str(black_box(&text)).unwrap_or_else(|_| unreachable!());
+            let filter: Filter =
+                serde_json::from_str(black_box(&text)).unwrap_or_else(|_| unreachable!());
             let typed = validate(&filter, &schema).unwrap_or_else(|_| unreachable!());
             let condition = compile(&typed, "fragments", &TeqExpansions::new());
             let mut select = Query::select();
-            select.column(sea_query::Asterisk).from(sea_query::Alias::new("fragments")).cond_where(condition);
+            select
+                .column(sea_query::Asterisk)
+                .from(sea_query::Alias::new("fragments"))
+                .cond_where(condition);
             black_box(select.build(PostgresQueryBuilder))
         })
     });
@@ -81,7 +85,15 @@ fn mmr_selection(c: &mut Criterion) {
         let candidates = vectors(fetch_k, 384);
         let refs: Vec<&[f32]> = candidates.iter().map(Vec::as_slice).collect();
         c.bench_function(&format!("mmr_select_k10_fetch_k{fetch_k}_384d"), |b| {
-            b.iter(|| black_box(select(black_box(&query), &refs, 10, 0.5, Similarity::Cosine)))
+            b.iter(|| {
+                black_box(select(
+                    black_box(&query),
+                    &refs,
+                    10,
+                    0.5,
+                    Similarity::Cosine,
+                ))
+            })
         });
     }
 }
