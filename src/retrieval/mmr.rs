@@ -48,6 +48,22 @@ impl Similarity {
     }
 }
 
+/// Similarity of two vectors whose norms are already known (cosine needs them; computing
+/// them once per vector instead of once per pair is most of MMR's cost).
+fn similarity_with_norms(kind: Similarity, a: &[f32], a_norm: f32, b: &[f32], b_norm: f32) -> f32 {
+    match kind {
+        Similarity::Cosine => {
+            let denominator = a_norm * b_norm;
+            if denominator == 0.0 {
+                0.0
+            } else {
+                dot(a, b) / denominator
+            }
+        }
+        other => other.between(a, b),
+    }
+}
+
 /// Selects up to `k` candidate indexes. `candidates` are in ascending distance order (the
 /// order the database returned them); the result keeps that order.
 pub fn select(
@@ -62,9 +78,12 @@ pub fn select(
         return Vec::new();
     }
     let lambda = lambda as f32;
+    let query_norm = norm(query);
+    let norms: Vec<f32> = candidates.iter().map(|c| norm(c)).collect();
     let relevance: Vec<f32> = candidates
         .iter()
-        .map(|c| similarity.between(query, c))
+        .zip(&norms)
+        .map(|(c, n)| similarity_with_norms(similarity, query, query_norm, c, *n))
         .collect();
     // Highest similarity of each candidate to any picked one; starts at "nothing picked".
     let mut redundancy = vec![f32::NEG_INFINITY; candidates.len()];
@@ -92,7 +111,13 @@ pub fn select(
         order.push(chosen);
         for (i, candidate) in candidates.iter().enumerate() {
             if !picked[i] {
-                let s = similarity.between(candidate, candidates[chosen]);
+                let s = similarity_with_norms(
+                    similarity,
+                    candidate,
+                    norms[i],
+                    candidates[chosen],
+                    norms[chosen],
+                );
                 if s > redundancy[i] {
                     redundancy[i] = s;
                 }
