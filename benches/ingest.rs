@@ -22,7 +22,7 @@ use trove::config::{Config, QueueNames};
 use trove::startup::Application;
 use uuid::Uuid;
 
-const SECRET: &str = "BenchBenchBenchBenchBenchBenchBenchBenchBench+/01";
+const SECRET: &str = "BenchBenchBenchBenchBenchBenchBenchBenchBench+/0";
 
 fn words(seed: usize, count: usize) -> String {
     const VOCABULARY: [&str; 24] = [
