@@ -24,7 +24,7 @@ fn filter_30() -> Value {
         0 => json!({"team": {"$eq": format!("team-{i}")}}),
         1 => json!({"year": {"$gt": 2000 + i}}),
         2 => json!({"score": {"$le": i as f64 / 3.0}}),
-        3 => json!({"public": {"$eq": i % 2 == 0}}),
+        3 => json!({"public": {"$eq": i.is_multiple_of(2)}}),
         4 => json!({"title": {"$like": format!("%part {i}%")}}),
         _ => json!({"team": {"$in": [format!("a{i}"), format!("b{i}"), format!("c{i}")]}}),
     };

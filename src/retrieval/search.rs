@@ -119,17 +119,28 @@ fn vector_literal(vector: &[f32]) -> String {
     text
 }
 
+/// The vector side of a search: which association's vectors, the query's vector, and how
+/// distance is measured.
+pub struct VectorQuery<'a> {
+    pub vector_embedding_id: Uuid,
+    pub vector: &'a [f32],
+    pub strategy: DistanceStrategy,
+}
+
 /// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked.
 async fn nearest(
     pool: &PgPool,
     scope: &Scope<'_>,
-    vector_embedding_id: Uuid,
-    query_vector: &[f32],
-    strategy: DistanceStrategy,
+    query: &VectorQuery<'_>,
     threshold: Option<f64>,
     limit: u64,
     with_embeddings: bool,
 ) -> ApiResult<Vec<(Hit, Option<Vec<f32>>)>> {
+    let VectorQuery {
+        vector_embedding_id,
+        vector: query_vector,
+        strategy,
+    } = *query;
     let Some(operator) = strategy.operator() else {
         return Err(ApiError::Database(
             "the max-inner-product distance strategy is not supported".to_owned(),
@@ -197,41 +208,23 @@ async fn nearest(
 pub async fn similarity(
     pool: &PgPool,
     scope: &Scope<'_>,
-    vector_embedding_id: Uuid,
-    query_vector: &[f32],
-    strategy: DistanceStrategy,
+    query: &VectorQuery<'_>,
     k: u64,
     threshold: Option<f64>,
 ) -> ApiResult<Vec<Hit>> {
     if k == 0 {
         return Ok(Vec::new());
     }
-    let hits = nearest(
-        pool,
-        scope,
-        vector_embedding_id,
-        query_vector,
-        strategy,
-        threshold,
-        k,
-        false,
-    )
-    .await?;
+    let hits = nearest(pool, scope, query, threshold, k, false).await?;
     Ok(hits.into_iter().map(|(hit, _)| hit).collect())
 }
 
 /// MMR: `fetch_k` candidates by distance, then at most min(k, fetch_k) selected greedily,
 /// returned in distance order.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the search parameters, passed through"
-)]
 pub async fn mmr(
     pool: &PgPool,
     scope: &Scope<'_>,
-    vector_embedding_id: Uuid,
-    query_vector: &[f32],
-    strategy: DistanceStrategy,
+    query: &VectorQuery<'_>,
     k: u64,
     fetch_k: u64,
     lambda_mult: f64,
@@ -240,28 +233,18 @@ pub async fn mmr(
     if k == 0 || fetch_k == 0 {
         return Ok(Vec::new());
     }
-    let candidates = nearest(
-        pool,
-        scope,
-        vector_embedding_id,
-        query_vector,
-        strategy,
-        threshold,
-        fetch_k,
-        true,
-    )
-    .await?;
+    let candidates = nearest(pool, scope, query, threshold, fetch_k, true).await?;
     let vectors: Vec<&[f32]> = candidates
         .iter()
         .map(|(_, e)| e.as_deref().unwrap_or_default())
         .collect();
     let k = usize::try_from(k).unwrap_or(usize::MAX);
     let chosen = mmr::select(
-        query_vector,
+        query.vector,
         &vectors,
         k,
         lambda_mult,
-        strategy.similarity(),
+        query.strategy.similarity(),
     );
     let mut candidates: Vec<Option<Hit>> =
         candidates.into_iter().map(|(hit, _)| Some(hit)).collect();

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::auth::{AccessLevel, AuthContext};
 use crate::error::{ApiError, ApiResult};
-use crate::retrieval::search::{self, DistanceStrategy, Hit, Scope};
+use crate::retrieval::search::{self, DistanceStrategy, Hit, Scope, VectorQuery};
 use crate::startup::AppState;
 use crate::store::pipelines::PipelineRow;
 
@@ -209,24 +209,18 @@ pub async fn run(
                 return Ok(Vec::new());
             }
             let vector = embed_query(state, model, &input.query).await?;
+            let query = VectorQuery {
+                vector_embedding_id: ve,
+                vector: &vector,
+                strategy,
+            };
             if input.kind == SearchKind::Similarity {
-                search::similarity(
-                    &state.pool,
-                    &scope,
-                    ve,
-                    &vector,
-                    strategy,
-                    params.k,
-                    params.threshold,
-                )
-                .await?
+                search::similarity(&state.pool, &scope, &query, params.k, params.threshold).await?
             } else {
                 search::mmr(
                     &state.pool,
                     &scope,
-                    ve,
-                    &vector,
-                    strategy,
+                    &query,
                     params.k,
                     params.fetch_k,
                     params.lambda_mult,
