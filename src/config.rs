@@ -94,6 +94,8 @@ pub struct Config {
     pub run_worker: bool,
     pub worker_metrics_listen: MetricsListen,
     pub models_dir: Option<PathBuf>,
+    /// Threads of each local embedding model (`TROVE_EMBED_THREADS`; 0: one per core).
+    pub embed_threads: usize,
     pub log_filter: String,
     pub log_format: LogFormat,
     pub queue: QueueNames,
@@ -222,6 +224,15 @@ impl Config {
             run_worker,
             worker_metrics_listen,
             models_dir: get("TROVE_MODELS_DIR").map(PathBuf::from),
+            embed_threads: match get("TROVE_EMBED_THREADS") {
+                None => 0,
+                Some(value) => value.trim().parse().map_err(|_| {
+                    err(
+                        "TROVE_EMBED_THREADS",
+                        format!("expected a number of threads (0: one per core), got {value:?}"),
+                    )
+                })?,
+            },
             log_filter: get("TROVE_LOG").unwrap_or_else(|| "info".to_owned()),
             log_format,
             queue: QueueNames::default(),

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
             Command::Sidecar => trove::sidecar::serve(
                 config.sidecar_listen,
                 config.models_dir.clone(),
+                config.embed_threads,
                 shutdown_signal(),
             )
             .await

@@ -35,12 +35,29 @@ impl Sidecar for SidecarService {
         let config = trove_text::SplitterConfig::from_parameters(&request.provider, &parameters)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let texts = request.texts;
+        let tokenizer = if request.tokenizer_model.is_empty()
+            || !crate::providers::splitting::uses_model_tokenizer(&config)
+        {
+            None
+        } else {
+            Some(
+                self.models
+                    .get(&request.tokenizer_model)
+                    .await
+                    .map_err(|e| Status::failed_precondition(e.to_string()))?,
+            )
+        };
         // Splitting is CPU work: keep it off the async workers.
         let results = tokio::task::spawn_blocking(move || {
             texts
                 .iter()
                 .map(|t| Fragments {
-                    fragments: trove_text::split(&config, t),
+                    fragments: match &tokenizer {
+                        Some(model) => trove_text::split_with_tokenizer(&config, t, &|t: &str| {
+                            model.token_spans(t)
+                        }),
+                        None => trove_text::split(&config, t),
+                    },
                 })
                 .collect()
         })
@@ -76,11 +93,12 @@ impl Sidecar for SidecarService {
 pub async fn serve(
     addr: SocketAddr,
     models_dir: Option<PathBuf>,
+    embed_threads: usize,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     tracing::info!(%addr, "sidecar listening");
     let service = SidecarService {
-        models: LocalModels::new(models_dir),
+        models: LocalModels::new(models_dir, embed_threads),
     };
     tonic::transport::Server::builder()
         .add_service(SidecarServer::new(service).max_decoding_message_size(64 * 1024 * 1024))
@@ -113,17 +131,20 @@ impl SidecarClient {
         })
     }
 
-    /// Splits texts with one splitter configuration.
+    /// Splits texts with one splitter configuration (and the tokenizer of the local model
+    /// `tokenizer_model` for a token splitter with the `embedding-model` tokenizer).
     pub async fn split(
         &self,
         provider: &str,
         parameters: &serde_json::Value,
         texts: Vec<String>,
+        tokenizer_model: Option<&str>,
     ) -> Result<Vec<Vec<String>>, Status> {
         let request = SplitRequest {
             provider: provider.to_owned(),
             parameters_json: parameters.to_string(),
             texts,
+            tokenizer_model: tokenizer_model.unwrap_or_default().to_owned(),
         };
         let response = self.inner.clone().split(request).await?.into_inner();
         Ok(response.results.into_iter().map(|r| r.fragments).collect())

@@ -44,7 +44,10 @@ impl AppState {
         };
         let cipher = Cipher::new(config.secret.expose());
         let embedders = EmbedderCache::new(&config, sidecar.clone());
-        let splitting = sidecar.map_or(TextSplitting::InProcess, TextSplitting::Sidecar);
+        let splitting = match sidecar {
+            Some(client) => TextSplitting::Sidecar(client),
+            None => TextSplitting::InProcess(embedders.local_models().clone()),
+        };
         Ok(Self {
             pool,
             config: Arc::new(config),
@@ -96,9 +99,13 @@ impl Application {
     /// Migrates, installs if needed, connects the queue and binds the listener.
     pub async fn build(config: Config) -> Result<Self, StartError> {
         let pool = migrated_pool(&config).await?;
-        let default_embedding = crate::providers::embedding::default_embedding_at_install(&config);
-        store::install::install_if_needed(&pool, config.master_key.as_ref(), default_embedding)
-            .await?;
+        // Probing the local model costs a load: only before a first installation.
+        if !store::install::is_installed(&pool).await? {
+            let default_embedding =
+                crate::providers::embedding::default_embedding_at_install(&config).await;
+            store::install::install_if_needed(&pool, config.master_key.as_ref(), default_embedding)
+                .await?;
+        }
         let queue = Queue::connect(&config.nats_url, config.queue.clone())
             .await
             .map_err(|e| StartError::Nats(e.to_string()))?;

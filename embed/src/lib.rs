@@ -58,6 +58,7 @@ pub const FASTEMBED_MODELS: &[&str] = &[
     "snowflake/snowflake-arctic-embed-m-long",
     "snowflake/snowflake-arctic-embed-l",
     "Qdrant/clip-ViT-B-32-text",
+    "google/embeddinggemma-300m",
 ];
 
 /// Errors of this crate. `Display` is the reason text only; the service wraps it

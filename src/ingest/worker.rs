@@ -21,7 +21,7 @@ use super::queue::{Job, Queue};
 use crate::auth::license::License;
 use crate::crypto::at_rest::Cipher;
 use crate::metrics::WorkerMetrics;
-use crate::providers::embedding::{EmbedderCache, ModelSpec};
+use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind};
 use crate::providers::splitting::TextSplitting;
 use crate::store::vectors;
 
@@ -334,13 +334,22 @@ impl Worker {
                 fragments: Vec::new(),
             });
         }
+        // The pipeline's embedding model (its tokenizer may split, too).
+        let spec = match pipeline.embedding_model_id {
+            Some(model_id) if !prepared.is_empty() => Some(self.model_spec(model_id).await?),
+            _ => None,
+        };
+        let local_model = spec
+            .as_ref()
+            .filter(|spec| spec.provider == ProviderKind::Local)
+            .map(|spec| spec.model_name.as_str());
         // Split per splitter configuration, all texts of one configuration in one call.
         for (splitter_id, texts) in texts_by_splitter {
             let config = load_splitter(&self.pool, splitter_id).await?;
             let (positions, texts): (Vec<usize>, Vec<String>) = texts.into_iter().unzip();
             let split = self
                 .splitting
-                .split_all(&config, texts)
+                .split_all(&config, texts, local_model)
                 .await
                 .map_err(GroupError::Split)?;
             for (position, fragments) in positions.into_iter().zip(split) {
@@ -359,12 +368,11 @@ impl Worker {
             .iter()
             .flat_map(|p| p.fragments.iter().cloned())
             .collect();
-        let vectors = match pipeline.embedding_model_id {
-            Some(model_id) if !texts.is_empty() => {
-                let spec = self.model_spec(model_id).await?;
+        let vectors = match &spec {
+            Some(spec) if !texts.is_empty() => {
                 let embedder = self
                     .embedders
-                    .embedder(&spec)
+                    .embedder(spec)
                     .await
                     .map_err(|e| GroupError::Embed(e.to_string()))?;
                 embedder

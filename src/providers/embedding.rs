@@ -116,10 +116,18 @@ pub struct EmbedderCache {
 impl EmbedderCache {
     pub fn new(config: &Config, sidecar: Option<crate::sidecar::SidecarClient>) -> Self {
         Self {
-            local: super::local_embedding::LocalModels::new(config.models_dir.clone()),
+            local: super::local_embedding::LocalModels::new(
+                config.models_dir.clone(),
+                config.embed_threads,
+            ),
             http: reqwest::Client::new(),
             sidecar,
         }
+    }
+
+    /// The local models of this process (shared with in-process splitting).
+    pub fn local_models(&self) -> &super::local_embedding::LocalModels {
+        &self.local
     }
 
     /// The embedder of a model.
@@ -150,8 +158,10 @@ impl EmbedderCache {
 
 /// Which `default` embedding model installation seeds: local all-MiniLM-L6-v2 when it loads
 /// from `TROVE_MODELS_DIR`, else the hash embedder.
-pub fn default_embedding_at_install(config: &Config) -> DefaultEmbedding {
-    match super::local_embedding::probe_default(config.models_dir.as_deref()) {
+pub async fn default_embedding_at_install(config: &Config) -> DefaultEmbedding {
+    let models =
+        super::local_embedding::LocalModels::new(config.models_dir.clone(), config.embed_threads);
+    match models.probe_default().await {
         Some(dimensions) => DefaultEmbedding::Local { dimensions },
         None => DefaultEmbedding::Hash,
     }

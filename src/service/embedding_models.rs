@@ -148,54 +148,10 @@ fn validate_parameters(
     Ok(())
 }
 
-/// FastEmbed text-embedding models (organisation/name as published).
-const FASTEMBED_MODELS: &[&str] = &[
-    "sentence-transformers/all-MiniLM-L6-v2",
-    "sentence-transformers/all-MiniLM-L12-v2",
-    "sentence-transformers/all-mpnet-base-v2",
-    "sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2",
-    "sentence-transformers/paraphrase-multilingual-mpnet-base-v2",
-    "BAAI/bge-small-en",
-    "BAAI/bge-base-en",
-    "BAAI/bge-small-en-v1.5",
-    "BAAI/bge-base-en-v1.5",
-    "BAAI/bge-large-en-v1.5",
-    "BAAI/bge-small-zh-v1.5",
-    "BAAI/bge-large-zh-v1.5",
-    "BAAI/bge-m3",
-    "thenlper/gte-base",
-    "thenlper/gte-large",
-    "Alibaba-NLP/gte-base-en-v1.5",
-    "Alibaba-NLP/gte-large-en-v1.5",
-    "nomic-ai/nomic-embed-text-v1",
-    "nomic-ai/nomic-embed-text-v1.5",
-    "intfloat/multilingual-e5-small",
-    "intfloat/multilingual-e5-base",
-    "intfloat/multilingual-e5-large",
-    "mixedbread-ai/mxbai-embed-large-v1",
-    "lightonai/modernbert-embed-large",
-    "jinaai/jina-embeddings-v2-small-en",
-    "jinaai/jina-embeddings-v2-base-en",
-    "jinaai/jina-embeddings-v2-base-code",
-    "jinaai/jina-embeddings-v2-base-de",
-    "jinaai/jina-embeddings-v2-base-es",
-    "jinaai/jina-embeddings-v2-base-zh",
-    "Qdrant/clip-ViT-B-32-text",
-    "google/embeddinggemma-300m",
-    "Snowflake/snowflake-arctic-embed-xs",
-    "Snowflake/snowflake-arctic-embed-s",
-    "Snowflake/snowflake-arctic-embed-m",
-    "Snowflake/snowflake-arctic-embed-m-long",
-    "Snowflake/snowflake-arctic-embed-l",
-];
-
 /// Whether `name` is a FastEmbed text-embedding model, with or without its organisation
 /// prefix, case-insensitively (addendum §9.3).
 pub fn is_fastembed_model(name: &str) -> bool {
-    FASTEMBED_MODELS.iter().any(|known| {
-        let short = known.rsplit_once('/').map_or(*known, |(_, short)| short);
-        name.eq_ignore_ascii_case(known) || name.eq_ignore_ascii_case(short)
-    })
+    trove_embed::canonical_model_name(name).is_some()
 }
 
 /// Splits parameters into the stored plain ones and the encrypted JSON of the secret ones.

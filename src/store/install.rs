@@ -26,6 +26,15 @@ pub enum DefaultEmbedding {
     Hash,
 }
 
+/// Whether the database holds an installation record.
+pub async fn is_installed(pool: &PgPool) -> Result<bool, InstallError> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM installation)")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 /// Installs if the database has no installation record yet. Returns whether it installed.
 pub async fn install_if_needed(
     pool: &PgPool,

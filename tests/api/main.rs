@@ -13,7 +13,9 @@ mod embedding;
 mod ingestion;
 mod license;
 mod lists;
+mod local_models;
 mod mcp;
+
 mod pipelines;
 mod search;
 mod sidecar;

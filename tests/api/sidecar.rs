@@ -1,5 +1,6 @@
-//! The gRPC sidecar: with `TROVE_SIDECAR_URL`, workers split through it; when it is
-//! unreachable, the group fails and its jobs return to the queue.
+//! The gRPC sidecar: with `TROVE_SIDECAR_URL`, workers split (and embed with `local`
+//! models) through it; when it is unreachable, the group fails and its jobs return to the
+//! queue.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -49,7 +50,12 @@ async fn pipeline_with_document(app: &TestApp, text: &str) -> (String, String) {
 async fn workers_split_through_the_sidecar() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    tokio::spawn(trove::sidecar::serve(addr, None, std::future::pending()));
+    tokio::spawn(trove::sidecar::serve(
+        addr,
+        std::env::var_os("TROVE_MODELS_DIR").map(Into::into),
+        0,
+        std::future::pending(),
+    ));
     let app = app_with_sidecar(format!("http://127.0.0.1:{port}")).await;
     let paragraphs: Vec<String> = (0..5)
         .map(|i| format!("Paragraph {i}. {}", "word ".repeat(300)))
