@@ -9,7 +9,7 @@ use crate::auth::AuthContext;
 use crate::error::ApiResult;
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{
-    self as service, EffectiveParams, SearchInput, SearchKind, SearchParams,
+    self as service, EffectiveParams, QueryVector, SearchInput, SearchKind, SearchParams,
 };
 use crate::startup::AppState;
 
@@ -48,9 +48,9 @@ pub fn params_json(params: Effective, model_id: Uuid) -> Value {
 
 /// Runs the search of `search_knowledge`: hierarchical classifications, no filter, cosine.
 ///
-/// The service reads the pipeline (read and execute) and embeds the query again for vector
-/// searches; `request.query_vector` (computed first, for every type, as the interface orders
-/// it) is not passed on because the service takes no precomputed vector.
+/// The service reads the pipeline (read and execute); vector searches use
+/// `request.query_vector` (computed first, for every type, as the interface orders it), so the
+/// query is embedded once per call.
 pub async fn run(
     state: &AppState,
     auth: &AuthContext,
@@ -66,5 +66,10 @@ pub async fn run(
         filters: None,
         distance_strategy: Some(DistanceStrategy::Cosine),
     };
-    service::run(state, auth, request.pipeline.id, input).await
+    let query_vector = QueryVector {
+        model_id: request.embedding_model_id,
+        vector: request.query_vector,
+    };
+    service::run_with_query_vector(state, auth, request.pipeline.id, input, Some(query_vector))
+        .await
 }

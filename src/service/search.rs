@@ -147,12 +147,31 @@ pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiRe
         .ok_or_else(|| ApiError::Internal("Received empty embedding vector".to_owned()))
 }
 
+/// A query embedding computed before the search (the MCP tool embeds the query first, for every
+/// search type), with the embedding model that produced it.
+pub struct QueryVector {
+    pub model_id: Uuid,
+    pub vector: Vec<f32>,
+}
+
 /// Runs a search on a pipeline the key can read and execute.
 pub async fn run(
     state: &AppState,
     auth: &AuthContext,
     pipeline_id: Uuid,
     input: SearchInput,
+) -> ApiResult<Vec<Value>> {
+    run_with_query_vector(state, auth, pipeline_id, input, None).await
+}
+
+/// [`run`] with the query's embedding already computed: a vector search uses it instead of
+/// embedding the query again when it comes from the model the search selects.
+pub async fn run_with_query_vector(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    input: SearchInput,
+    query_vector: Option<QueryVector>,
 ) -> ApiResult<Vec<Value>> {
     let pipeline = super::pipelines::require(
         &state.pool,
@@ -208,7 +227,10 @@ pub async fn run(
             if params.k == 0 || (input.kind == SearchKind::Mmr && params.fetch_k == 0) {
                 return Ok(Vec::new());
             }
-            let vector = embed_query(state, model, &input.query).await?;
+            let vector = match query_vector {
+                Some(computed) if computed.model_id == model => computed.vector,
+                _ => embed_query(state, model, &input.query).await?,
+            };
             let query = VectorQuery {
                 vector_embedding_id: ve,
                 vector: &vector,

@@ -15,7 +15,7 @@ mod license;
 mod lists;
 mod local_models;
 mod mcp;
-
+mod mcp_client;
 mod pipelines;
 mod search;
 mod sidecar;
