@@ -92,6 +92,8 @@ pub struct Config {
     pub sidecar_url: Option<String>,
     pub sidecar_listen: SocketAddr,
     pub run_worker: bool,
+    /// Batches a worker processes at once (`TROVE_WORKER_CONCURRENCY`, 1–64).
+    pub worker_concurrency: usize,
     pub worker_metrics_listen: MetricsListen,
     pub models_dir: Option<PathBuf>,
     /// Threads of each local embedding model (`TROVE_EMBED_THREADS`; 0: one per core).
@@ -222,6 +224,20 @@ impl Config {
                 "127.0.0.1:50051",
             )?,
             run_worker,
+            worker_concurrency: match get("TROVE_WORKER_CONCURRENCY") {
+                None => 2,
+                Some(value) => value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or_else(|| {
+                        err(
+                            "TROVE_WORKER_CONCURRENCY",
+                            format!("expected a number from 1 to 64, got {value:?}"),
+                        )
+                    })?,
+            },
             worker_metrics_listen,
             models_dir: get("TROVE_MODELS_DIR").map(PathBuf::from),
             embed_threads: match get("TROVE_EMBED_THREADS") {

@@ -291,5 +291,5 @@ pub async fn run_worker(state: AppState, mut stop: tokio::sync::watch::Receiver<
             }
         });
     }
-    worker.run(stop).await;
+    worker.run(state.config.worker_concurrency, stop).await;
 }

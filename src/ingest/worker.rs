@@ -570,26 +570,34 @@ impl Worker {
         Ok(stored)
     }
 
-    /// Runs until `shutdown` fires; the current batch is finished first.
-    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        tracing::info!("worker started");
+    /// Runs `concurrency` step loops (each fetching and processing its own batch, so that one
+    /// batch is split and embedded while another is stored) and the sweeper until `shutdown`
+    /// turns true. A batch being processed is finished first.
+    pub async fn run(self, concurrency: usize, shutdown: tokio::sync::watch::Receiver<bool>) {
+        tracing::info!(concurrency, "worker started");
         let sweeper = tokio::spawn(sweep_loop(self.pool.clone(), shutdown.clone()));
-        loop {
-            if *shutdown.borrow() {
-                break;
-            }
-            tokio::select! {
-                result = self.step(Duration::from_secs(1)) => {
-                    if let Err(error) = result {
-                        tracing::warn!(%error, "worker step failed");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-                _ = shutdown.changed() => {}
-            }
+        let mut loops = tokio::task::JoinSet::new();
+        for _ in 0..concurrency.max(1) {
+            let worker = self.clone();
+            let shutdown = shutdown.clone();
+            loops.spawn(async move { worker.step_loop(shutdown).await });
         }
+        while loops.join_next().await.is_some() {}
         sweeper.abort();
         tracing::info!("worker stopped");
+    }
+
+    async fn step_loop(&self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        while !*shutdown.borrow() {
+            // Not raced against `shutdown`: a fetched batch is always finished.
+            if let Err(error) = self.step(Duration::from_secs(1)).await {
+                tracing::warn!(%error, "worker step failed");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
     }
 }
 

@@ -127,15 +127,17 @@ pub struct VectorQuery<'a> {
     pub strategy: DistanceStrategy,
 }
 
-/// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked.
-async fn nearest(
-    pool: &PgPool,
+/// The statement of a nearest-neighbour selection. `unit_vectors`: every stored vector of the
+/// association has unit length, so the cosine order (which the HNSW index serves) is also the
+/// euclidean and dot-product order; the score is always the requested distance.
+fn nearest_statement(
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     threshold: Option<f64>,
     limit: u64,
     with_embeddings: bool,
-) -> ApiResult<Vec<(Hit, Option<Vec<f32>>)>> {
+    unit_vectors: bool,
+) -> ApiResult<(String, sea_query_sqlx::SqlxValues)> {
     let VectorQuery {
         vector_embedding_id,
         vector: query_vector,
@@ -146,13 +148,24 @@ async fn nearest(
             "the max-inner-product distance strategy is not supported".to_owned(),
         ));
     };
+    let order_operator = if unit_vectors { "<=>" } else { operator };
     let table = Alias::new(crate::store::vectors::table_name(vector_embedding_id));
     let v = Alias::new("v");
-    // `operator` is one of three fixed strings; the vector is a bound parameter.
+    // The operators are fixed strings; the vector is a bound parameter (used twice when the
+    // order and the score differ).
+    let literal = vector_literal(query_vector);
     let distance = Expr::cust_with_values(
         format!("\"v\".\"embedding\" {operator} $1::vector"),
-        [vector_literal(query_vector)],
+        [literal.clone()],
     );
+    let order = if order_operator == operator {
+        distance.clone()
+    } else {
+        Expr::cust_with_values(
+            format!("\"v\".\"embedding\" {order_operator} $1::vector"),
+            [literal],
+        )
+    };
     let mut select = scoped_select(scope);
     select
         .expr_as(distance.clone(), Alias::new("score"))
@@ -163,7 +176,7 @@ async fn nearest(
             Expr::col((v.clone(), Alias::new("fragment_id")))
                 .equals((fragments(), Alias::new("id"))),
         )
-        .order_by_expr(distance.clone(), Order::Asc)
+        .order_by_expr(order, Order::Asc)
         .limit(limit);
     if with_embeddings {
         select.expr_as(
@@ -174,12 +187,33 @@ async fn nearest(
     if let Some(threshold) = threshold {
         select.and_where(distance.lte(threshold));
     }
-    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    Ok(select.build_sqlx(PostgresQueryBuilder))
+}
+
+/// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked.
+async fn nearest(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+    query: &VectorQuery<'_>,
+    threshold: Option<f64>,
+    limit: u64,
+    with_embeddings: bool,
+) -> ApiResult<Vec<(Hit, Option<Vec<f32>>)>> {
+    let mut tx = pool.begin().await?;
+    let unit_vectors = query.strategy != DistanceStrategy::Cosine
+        && crate::store::vectors::unit_vectors(&mut tx, query.vector_embedding_id).await?;
+    let (sql, values) = nearest_statement(
+        scope,
+        query,
+        threshold,
+        limit,
+        with_embeddings,
+        unit_vectors,
+    )?;
 
     // Iterative index scans keep reading the HNSW index until `limit` rows pass the filters,
     // so selective filters still return `k` results where they exist. `relaxed_order` may
     // return rows slightly out of order; they are re-sorted below.
-    let mut tx = pool.begin().await?;
     sqlx::query("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)")
         .bind(limit.clamp(40, 1000).to_string())
         .execute(&mut *tx)
@@ -293,4 +327,82 @@ pub async fn full_text(
         .await?;
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     Ok(hits)
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn statement(strategy: DistanceStrategy, unit_vectors: bool) -> String {
+        let classifications = ["public".to_owned()];
+        let scope = Scope {
+            pipeline_id: Uuid::nil(),
+            classifications: &classifications,
+            filter: None,
+        };
+        let query = VectorQuery {
+            vector_embedding_id: Uuid::nil(),
+            vector: &[0.6, 0.8],
+            strategy,
+        };
+        nearest_statement(&scope, &query, Some(0.5), 5, false, unit_vectors)
+            .expect("statement")
+            .0
+    }
+
+    #[test]
+    fn unit_vectors_order_every_strategy_by_the_indexed_cosine_distance() {
+        for (strategy, operator) in [
+            (DistanceStrategy::Cosine, "<=>"),
+            (DistanceStrategy::EuclideanDistance, "<->"),
+            (DistanceStrategy::DotProduct, "<#>"),
+        ] {
+            let sql = statement(strategy, true);
+            let (_, order) = sql.split_once("ORDER BY").expect("ordered");
+            assert!(order.contains("\"embedding\" <=> $"), "{sql}");
+            let (select, _) = sql.split_once(" FROM ").expect("select");
+            assert!(
+                select.contains(&format!("\"embedding\" {operator} $")),
+                "score with {operator}: {sql}"
+            );
+            let (_, condition) = sql.split_once(" WHERE ").expect("where");
+            assert!(
+                condition.contains(&format!("\"embedding\" {operator} $")),
+                "threshold on {operator}: {sql}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_vectors_order_by_the_requested_distance() {
+        for (strategy, operator) in [
+            (DistanceStrategy::EuclideanDistance, "<->"),
+            (DistanceStrategy::DotProduct, "<#>"),
+        ] {
+            let sql = statement(strategy, false);
+            let (_, order) = sql.split_once("ORDER BY").expect("ordered");
+            assert!(
+                order.contains(&format!("\"embedding\" {operator} $")),
+                "{sql}"
+            );
+            assert!(!sql.contains("<=>"), "{sql}");
+        }
+    }
+
+    #[test]
+    fn max_inner_product_has_no_statement() {
+        let classifications = ["public".to_owned()];
+        let scope = Scope {
+            pipeline_id: Uuid::nil(),
+            classifications: &classifications,
+            filter: None,
+        };
+        let query = VectorQuery {
+            vector_embedding_id: Uuid::nil(),
+            vector: &[1.0],
+            strategy: DistanceStrategy::MaxInnerProduct,
+        };
+        assert!(nearest_statement(&scope, &query, None, 5, false, true).is_err());
+    }
 }

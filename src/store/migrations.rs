@@ -32,6 +32,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "taxonomies",
         sql: include_str!("../../migrations/0003_taxonomies.sql"),
     },
+    Migration {
+        version: 4,
+        name: "vector_norms",
+        sql: include_str!("../../migrations/0004_vector_norms.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

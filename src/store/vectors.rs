@@ -49,8 +49,27 @@ pub async fn drop_table(
     Ok(())
 }
 
+/// How far from 1 a vector's length may be and still count as unit length (a model's
+/// normalised output in `f32` is within ~1e-6).
+const UNIT_TOLERANCE: f64 = 1e-4;
+
+/// Whether every vector of `flat` (vectors of `dimensions` values, back to back) has unit
+/// length.
+pub fn all_unit(flat: &[f32], dimensions: usize) -> bool {
+    dimensions > 0
+        && flat.chunks(dimensions).all(|v| {
+            let norm = v
+                .iter()
+                .map(|x| f64::from(*x) * f64::from(*x))
+                .sum::<f64>()
+                .sqrt();
+            (norm - 1.0).abs() <= UNIT_TOLERANCE
+        })
+}
+
 /// Inserts the vectors of fragments in one statement: `flat` holds `ids.len()` vectors of
-/// `dimensions` values each, back to back, bound as one `real[]`.
+/// `dimensions` values each, back to back, bound as one `real[]`. Vectors that are not of
+/// unit length clear the association's `unit_vectors` flag (in the same transaction).
 pub async fn insert(
     conn: &mut PgConnection,
     vector_embedding_id: Uuid,
@@ -71,7 +90,44 @@ pub async fn insert(
     .bind(ids)
     .bind(flat)
     .bind(dimensions)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    if !all_unit(flat, usize::try_from(dimensions).unwrap_or(0)) {
+        sqlx::query(
+            "UPDATE vector_embeddings SET unit_vectors = false WHERE id = $1 AND unit_vectors",
+        )
+        .bind(vector_embedding_id)
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
+}
+
+/// Whether every vector stored for an association has unit length.
+pub async fn unit_vectors(
+    conn: &mut PgConnection,
+    vector_embedding_id: Uuid,
+) -> Result<bool, sqlx::Error> {
+    Ok(
+        sqlx::query_scalar("SELECT unit_vectors FROM vector_embeddings WHERE id = $1")
+            .bind(vector_embedding_id)
+            .fetch_optional(conn)
+            .await?
+            .unwrap_or(false),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all_unit;
+
+    #[test]
+    fn unit_length_is_checked_per_vector() {
+        let s = 0.5_f32.sqrt();
+        assert!(all_unit(&[1.0, 0.0, s, s], 2));
+        assert!(!all_unit(&[1.0, 0.0, 1.0, 1.0], 2));
+        assert!(!all_unit(&[0.0, 0.0], 2));
+        assert!(all_unit(&[], 2));
+        assert!(!all_unit(&[1.0], 0));
+    }
 }

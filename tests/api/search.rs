@@ -478,3 +478,138 @@ async fn no_classification_leaks_across_random_hierarchies() {
         }
     }
 }
+
+// ---- Distance strategies ------------------------------------------------------------------
+
+fn scores(reply: &crate::helpers::Reply) -> Vec<f64> {
+    reply
+        .body
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", reply.text))
+        .iter()
+        .map(|h| h["score"].as_f64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn euclidean_and_dot_product_on_unit_vectors_follow_the_cosine_order() {
+    let (app, pid) = searchable_app().await;
+    let body = |strategy: &str| {
+        json!({"query": "pets that sleep a lot", "type": "similarity", "classification": "internal",
+               "distance_strategy": strategy, "params": {"k": 4}})
+    };
+    let cosine = search(&app, &pid, body("cosine")).await;
+    let euclidean = search(&app, &pid, body("euclidean-distance")).await;
+    let dot = search(&app, &pid, body("dot-product")).await;
+    for reply in [&cosine, &euclidean, &dot] {
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+    assert_eq!(names(&cosine).len(), 4);
+    assert_eq!(names(&euclidean), names(&cosine));
+    assert_eq!(names(&dot), names(&cosine));
+    // For unit vectors: |a − b| = √(2 · cosine distance), −a·b = cosine distance − 1.
+    for ((c, e), d) in scores(&cosine)
+        .iter()
+        .zip(scores(&euclidean))
+        .zip(scores(&dot))
+    {
+        assert!((e - (2.0 * c).sqrt()).abs() < 1e-4, "{c} {e}");
+        assert!((d - (c - 1.0)).abs() < 1e-4, "{c} {d}");
+    }
+    // Thresholds apply to the requested distance.
+    let top = scores(&euclidean)[1];
+    let mut limited = body("euclidean-distance");
+    limited["params"]["threshold"] = json!(top + 1e-6);
+    let reply = search(&app, &pid, limited).await;
+    assert_eq!(
+        names(&reply),
+        names(&euclidean)[..2].to_vec(),
+        "{}",
+        reply.text
+    );
+}
+
+/// An OpenAI-compatible server whose vectors are not of unit length: the first word of a
+/// text picks one of three 2-d vectors.
+#[poem::handler]
+fn raw_vectors(body: poem::web::Json<Value>) -> poem::web::Json<Value> {
+    let data: Vec<Value> = body["input"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let text = text.as_str().unwrap_or_default();
+            let embedding = match text.split_whitespace().next() {
+                Some("bravo") => [10.0, 0.5],
+                Some("charlie") => [0.9, 0.4],
+                _ => [1.0, 0.0],
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    poem::web::Json(json!({"object": "list", "data": data, "model": "raw"}))
+}
+
+#[tokio::test]
+async fn euclidean_and_dot_product_on_other_vectors_rank_by_their_own_distance() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let acceptor = poem::listener::TcpAcceptor::from_std(listener).unwrap();
+    tokio::spawn(
+        poem::Server::new_with_acceptor(acceptor)
+            .run(poem::Route::new().at("/v1/embeddings", poem::post(raw_vectors))),
+    );
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    let model = app
+        .post(
+            "/embedding-models",
+            &json!({"name": "raw", "provider": "openai", "model_name": "raw",
+                    "parameters": {"base_url": format!("http://{address}/v1"), "api_key": "k"}}),
+        )
+        .await;
+    assert_eq!(model.status, StatusCode::CREATED, "{}", model.text);
+    let pid = app
+        .new_pipeline_id(json!({"embedding_model_id": model.body["id"]}))
+        .await;
+    for name in ["alpha", "bravo", "charlie"] {
+        app.submit_text(&pid, name, &format!("{name} fragment"))
+            .await;
+    }
+    assert_eq!(app.step().await.stored, 3);
+    let order = |reply: &crate::helpers::Reply| -> Vec<String> {
+        reply
+            .body
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", reply.text))
+            .iter()
+            .map(|h| h["page_content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for (strategy, first, second, third, score) in [
+        ("cosine", "alpha", "bravo", "charlie", 0.0),
+        ("euclidean-distance", "alpha", "charlie", "bravo", 0.0),
+        ("dot-product", "bravo", "alpha", "charlie", -10.0),
+    ] {
+        let reply = search(
+            &app,
+            &pid,
+            json!({"query": "alpha", "type": "similarity", "classification": "public",
+                   "distance_strategy": strategy}),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(
+            order(&reply),
+            [first, second, third].map(|n| format!("{n} fragment")),
+            "{strategy}"
+        );
+        assert!((scores(&reply)[0] - score).abs() < 1e-6, "{}", reply.text);
+    }
+}
