@@ -770,3 +770,52 @@ async fn the_in_process_worker_processes_documents() {
     );
     assert_one_fragment_set(&app, &version).await;
 }
+
+#[tokio::test]
+async fn concurrent_batches_store_every_version_once_and_stop_cleanly() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let mut versions = Vec::new();
+    for i in 0..240 {
+        versions.push(
+            app.submit_text(
+                &pid,
+                &format!("doc-{i}"),
+                &format!("Document {i} of the batch."),
+            )
+            .await,
+        );
+    }
+    let worker = app.worker().await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    // Three loops over one consumer: at least two batches of 100 are in flight at once.
+    let running = tokio::spawn(worker.clone().run(3, stopped));
+    let started = Instant::now();
+    loop {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM documents WHERE pipeline_id = $1 AND status = 'success'",
+        )
+        .bind(Uuid::parse_str(&pid).unwrap())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        if done == 240 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{done} of 240 processed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the worker stops after its current batches")
+        .unwrap();
+    for version in &versions {
+        assert_one_fragment_set(&app, version).await;
+    }
+    assert_eq!(worker_metric(&worker, SUCCESS), 240.0);
+    assert_eq!(worker_metric(&worker, PROCESSED), 240.0);
+}
