@@ -334,7 +334,10 @@ pub async fn full_text(
 mod tests {
     use super::*;
 
-    fn statement(strategy: DistanceStrategy, unit_vectors: bool) -> String {
+    fn statement_of(
+        strategy: DistanceStrategy,
+        unit_vectors: bool,
+    ) -> ApiResult<(String, sea_query_sqlx::SqlxValues)> {
         let classifications = ["public".to_owned()];
         let scope = Scope {
             pipeline_id: Uuid::nil(),
@@ -347,8 +350,10 @@ mod tests {
             strategy,
         };
         nearest_statement(&scope, &query, Some(0.5), 5, false, unit_vectors)
-            .expect("statement")
-            .0
+    }
+
+    fn statement(strategy: DistanceStrategy, unit_vectors: bool) -> String {
+        statement_of(strategy, unit_vectors).expect("statement").0
     }
 
     #[test]
@@ -392,17 +397,6 @@ mod tests {
 
     #[test]
     fn max_inner_product_has_no_statement() {
-        let classifications = ["public".to_owned()];
-        let scope = Scope {
-            pipeline_id: Uuid::nil(),
-            classifications: &classifications,
-            filter: None,
-        };
-        let query = VectorQuery {
-            vector_embedding_id: Uuid::nil(),
-            vector: &[1.0],
-            strategy: DistanceStrategy::MaxInnerProduct,
-        };
-        assert!(nearest_statement(&scope, &query, None, 5, false, true).is_err());
+        assert!(statement_of(DistanceStrategy::MaxInnerProduct, true).is_err());
     }
 }
