@@ -227,14 +227,8 @@ async fn rmcp_client_asking_for_an_unknown_revision_gets_2025_11_25() {
     client.cancel().await.expect("close");
 }
 
-/// `initialize` naming 2026-07-28: the server echoes the revision, and from then on the client
-/// sends every request with the revision's `_meta` and `MCP-Protocol-Version`, `Mcp-Method` and
-/// `Mcp-Name` headers.
-#[tokio::test]
-async fn rmcp_client_on_2026_07_28_initialize_then_stateless_requests() {
-    let app = spawn_app().await;
-    let pid = app.new_pipeline_id(json!({})).await;
-    let client = connect_as(&app, &app.master_key(), ProtocolVersion::V_2026_07_28).await;
+/// On 2026-07-28: the revision, capabilities and instructions, `tools/list` and a tool call.
+async fn assert_stateless_session(client: &Client, pid: &str) {
     let info = client.peer_info().expect("server info");
     assert_eq!(info.protocol_version, ProtocolVersion::V_2026_07_28);
     assert_eq!(
@@ -247,8 +241,19 @@ async fn rmcp_client_on_2026_07_28_initialize_then_stateless_requests() {
     );
     let tools = client.list_all_tools().await.expect("tools/list");
     assert_eq!(tools.len(), 3);
-    let output = call_ok(&client, "get_pipelines", json!({})).await;
+    let output = call_ok(client, "get_pipelines", json!({})).await;
     assert_eq!(output["results"][0]["pipeline_id"], pid);
+}
+
+/// `initialize` naming 2026-07-28: the server echoes the revision, and from then on the client
+/// sends every request with the revision's `_meta` and `MCP-Protocol-Version`, `Mcp-Method` and
+/// `Mcp-Name` headers.
+#[tokio::test]
+async fn rmcp_client_on_2026_07_28_initialize_then_stateless_requests() {
+    let app = spawn_app().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let client = connect_as(&app, &app.master_key(), ProtocolVersion::V_2026_07_28).await;
+    assert_stateless_session(&client, &pid).await;
     let missing = Uuid::new_v4().to_string();
     let error = call_error(
         &client,
@@ -275,20 +280,7 @@ async fn rmcp_client_on_2026_07_28_discovers_then_sends_stateless_requests() {
         )
         .await
         .unwrap_or_else(|e| panic!("discover: {}", error_chain(&e)));
-    let info = client.peer_info().expect("server info");
-    assert_eq!(info.protocol_version, ProtocolVersion::V_2026_07_28);
-    assert_eq!(
-        serde_json::to_value(&info.capabilities).expect("JSON"),
-        json!({"tools": {}})
-    );
-    assert_eq!(
-        info.instructions.as_deref(),
-        Some(trove::mcp::handler::INSTRUCTIONS)
-    );
-    let tools = client.list_all_tools().await.expect("tools/list");
-    assert_eq!(tools.len(), 3);
-    let output = call_ok(&client, "get_pipelines", json!({})).await;
-    assert_eq!(output["results"][0]["pipeline_id"], pid);
+    assert_stateless_session(&client, &pid).await;
     let missing = Uuid::new_v4().to_string();
     let error = call_error(
         &client,
