@@ -22,7 +22,16 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 /// start is reported per request (`Database connection error`), not by a crash.
 pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
-    let options = options.application_name("trove");
+    // Every session searches HNSW indexes with iterative scans and a candidate list of
+    // SESSION_EF_SEARCH, so a search needs no transaction of its own to set them (pgvector
+    // takes these placeholders up when it loads).
+    let options = options.application_name("trove").options([
+        ("hnsw.iterative_scan", "relaxed_order".to_owned()),
+        (
+            "hnsw.ef_search",
+            crate::retrieval::search::SESSION_EF_SEARCH.to_string(),
+        ),
+    ]);
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))

@@ -613,3 +613,16 @@ async fn euclidean_and_dot_product_on_other_vectors_rank_by_their_own_distance()
         assert!((scores(&reply)[0] - score).abs() < 1e-6, "{}", reply.text);
     }
 }
+
+#[tokio::test]
+async fn every_connection_searches_with_iterative_scans() {
+    let app = spawn_app_with(AppOptions::default()).await;
+    let (scan, ef): (String, String) = sqlx::query_as(
+        "SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(scan, "relaxed_order");
+    assert_eq!(ef, trove::retrieval::search::SESSION_EF_SEARCH.to_string());
+}
