@@ -198,20 +198,48 @@ pub async fn run_with_query_vector(
         }
         _ => {}
     }
-    let (declared, hierarchy) =
-        crate::store::pipelines::classifications(&state.pool, pipeline_id).await?;
-    let classifications =
-        trove_query::classification::resolve(&input.classification, &declared, &hierarchy)
-            .map_err(|_| ApiError::NotFound {
-                message: "Classification not found",
-                id: None,
-            })?;
-    let filter = match &input.filters {
-        Some(filter) => {
-            super::filters::compile_for_pipeline(state, &pipeline, filter, "fragments").await?
+    // The query's vector (similarity and MMR with k > 0) is computed while the
+    // classifications are read and the filter compiled; errors still come in the interface's
+    // order: classification, filter, vector embedding, embedding.
+    let vector_target = match input.kind {
+        SearchKind::Similarity | SearchKind::Mmr => {
+            Some(vector_embedding(&pipeline, params.embedding))
         }
-        None => None,
+        _ => None,
     };
+    let wants_vector = params.k > 0 && (input.kind != SearchKind::Mmr || params.fetch_k > 0);
+    let embedding = async {
+        match (&vector_target, query_vector) {
+            (Some(Ok((_, model))), Some(computed))
+                if computed.model_id == *model && wants_vector =>
+            {
+                Some(Ok(computed.vector))
+            }
+            (Some(Ok((_, model))), _) if wants_vector => {
+                Some(embed_query(state, *model, &input.query).await)
+            }
+            _ => None,
+        }
+    };
+    let scope_parts = async {
+        let (declared, hierarchy) =
+            crate::store::pipelines::classifications(&state.pool, pipeline_id).await?;
+        let classifications =
+            trove_query::classification::resolve(&input.classification, &declared, &hierarchy)
+                .map_err(|_| ApiError::NotFound {
+                    message: "Classification not found",
+                    id: None,
+                })?;
+        let filter = match &input.filters {
+            Some(filter) => {
+                super::filters::compile_for_pipeline(state, &pipeline, filter, "fragments").await?
+            }
+            None => None,
+        };
+        ApiResult::Ok((classifications, filter))
+    };
+    let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
+    let (classifications, filter) = scope_parts?;
     if classifications.is_empty() {
         return Ok(Vec::new());
     }
@@ -223,14 +251,16 @@ pub async fn run_with_query_vector(
     let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::Cosine);
     let hits = match input.kind {
         SearchKind::Similarity | SearchKind::Mmr => {
-            let (ve, model) = vector_embedding(&pipeline, params.embedding)?;
-            if params.k == 0 || (input.kind == SearchKind::Mmr && params.fetch_k == 0) {
+            let (ve, _) = vector_target.unwrap_or_else(|| {
+                Err(ApiError::Internal(
+                    "no vector embedding selected".to_owned(),
+                ))
+            })?;
+            let Some(vector) = embedding else {
+                // k = 0, or MMR with fetch_k = 0.
                 return Ok(Vec::new());
-            }
-            let vector = match query_vector {
-                Some(computed) if computed.model_id == model => computed.vector,
-                _ => embed_query(state, model, &input.query).await?,
             };
+            let vector = vector?;
             let query = VectorQuery {
                 vector_embedding_id: ve,
                 vector: &vector,

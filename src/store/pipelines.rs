@@ -260,17 +260,20 @@ pub async fn classifications(
     pool: &PgPool,
     pipeline_id: Uuid,
 ) -> Result<(Vec<String>, Vec<(String, String)>), sqlx::Error> {
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM classifications WHERE pipeline_id = $1 ORDER BY name")
-            .bind(pipeline_id)
-            .fetch_all(pool)
-            .await?;
-    let pairs: Vec<(String, String)> = sqlx::query_as(
-        "SELECT classification, inherited FROM classification_hierarchy WHERE pipeline_id = $1 ORDER BY classification, inherited",
+    // One round trip: the names, then the hierarchy pairs as two parallel arrays.
+    let (names, from, to): (Vec<String>, Vec<String>, Vec<String>) = sqlx::query_as(
+        "SELECT
+           coalesce((SELECT array_agg(name ORDER BY name) FROM classifications
+                     WHERE pipeline_id = $1), '{}'),
+           coalesce((SELECT array_agg(classification ORDER BY classification, inherited)
+                     FROM classification_hierarchy WHERE pipeline_id = $1), '{}'),
+           coalesce((SELECT array_agg(inherited ORDER BY classification, inherited)
+                     FROM classification_hierarchy WHERE pipeline_id = $1), '{}')",
     )
     .bind(pipeline_id)
-    .fetch_all(pool)
+    .fetch_one(pool)
     .await?;
+    let pairs = from.into_iter().zip(to).collect();
     Ok((names, pairs))
 }
 
