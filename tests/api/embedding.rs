@@ -5,9 +5,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use poem::http::StatusCode as PoemStatus;
-use poem::listener::TcpAcceptor;
 use poem::web::Data;
-use poem::{EndpointExt, Request, Response, Route, Server, handler, post};
+use poem::{EndpointExt, Request, Response, Route, handler, post};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use trove::providers::embedding::{ModelSpec, ProviderKind};
@@ -1030,14 +1029,11 @@ async fn fake_embeddings(
 
 /// Starts the fake OpenAI-compatible server on 127.0.0.1; returns its `/v1` base URL.
 async fn fake_openai(state: Shared) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = listener.local_addr().expect("address");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let acceptor = TcpAcceptor::from_std(listener).expect("acceptor");
-    let app = Route::new()
-        .at("/v1/embeddings", post(fake_embeddings))
-        .data(state);
-    tokio::spawn(Server::new_with_acceptor(acceptor).run(app));
+    let address = crate::helpers::serve_on_loopback(
+        Route::new()
+            .at("/v1/embeddings", post(fake_embeddings))
+            .data(state),
+    );
     format!("http://{address}/v1")
 }
 

@@ -669,3 +669,18 @@ pub fn worker_metric(worker: &trove::ingest::worker::Worker, name: &str) -> f64 
     let text = worker.metrics.render();
     metric_value(&text, name).unwrap_or_else(|| panic!("no {name} in {text}"))
 }
+
+/// Serves `endpoint` on a free port of 127.0.0.1 in the background (fake upstream servers);
+/// returns its address.
+pub fn serve_on_loopback<E>(endpoint: E) -> std::net::SocketAddr
+where
+    E: poem::IntoEndpoint + Send + 'static,
+    E::Endpoint: 'static,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let acceptor = poem::listener::TcpAcceptor::from_std(listener).expect("acceptor");
+    tokio::spawn(poem::Server::new_with_acceptor(acceptor).run(endpoint));
+    address
+}

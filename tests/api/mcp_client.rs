@@ -5,9 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use poem::listener::TcpAcceptor;
 use poem::web::Data;
-use poem::{EndpointExt, Route, Server, handler, post};
+use poem::{EndpointExt, Route, handler, post};
 use reqwest::{Method, StatusCode};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ErrorData,
@@ -920,14 +919,11 @@ fn fake_embeddings(body: poem::web::Json<Value>, state: Data<&SharedFake>) -> po
 
 /// Starts the fake OpenAI-compatible embedding server; returns its `/v1` base URL.
 async fn fake_openai(state: SharedFake) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = listener.local_addr().expect("address");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let acceptor = TcpAcceptor::from_std(listener).expect("acceptor");
-    let app = Route::new()
-        .at("/v1/embeddings", post(fake_embeddings))
-        .data(state);
-    tokio::spawn(Server::new_with_acceptor(acceptor).run(app));
+    let address = crate::helpers::serve_on_loopback(
+        Route::new()
+            .at("/v1/embeddings", post(fake_embeddings))
+            .data(state),
+    );
     format!("http://{address}/v1")
 }
 

@@ -554,13 +554,8 @@ fn raw_vectors(body: poem::web::Json<Value>) -> poem::web::Json<Value> {
 
 #[tokio::test]
 async fn euclidean_and_dot_product_on_other_vectors_rank_by_their_own_distance() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let acceptor = poem::listener::TcpAcceptor::from_std(listener).unwrap();
-    tokio::spawn(
-        poem::Server::new_with_acceptor(acceptor)
-            .run(poem::Route::new().at("/v1/embeddings", poem::post(raw_vectors))),
+    let address = crate::helpers::serve_on_loopback(
+        poem::Route::new().at("/v1/embeddings", poem::post(raw_vectors)),
     );
     let app = spawn_app_with(AppOptions {
         no_worker: true,
