@@ -1,5 +1,7 @@
-//! Metadata indexes: a row per index and a partial expression index on `fragments` whose
-//! expression is the one the metadata filter compiles for that field's declared type.
+//! Metadata indexes: a row per index and an index on `fragments` over the pipeline id and the
+//! expression the metadata filter compiles for that field's declared type. The pipeline id is
+//! a key column rather than a partial-index predicate, so statements that bind the pipeline id
+//! can use the index under generic plans too.
 
 use chrono::{DateTime, Utc};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
@@ -59,11 +61,11 @@ pub async fn create(
     .bind(field)
     .fetch_one(&mut *conn)
     .await?;
-    // The pipeline id is a UUID rendered by `Uuid`, the expression comes from
-    // `typed_field_expression`: neither can alter the statement.
+    // The name is rendered from a UUID, the expression comes from `typed_field_expression`:
+    // neither can alter the statement.
     let name = index_name(id);
     sqlx::raw_sql(AssertSqlSafe(format!(
-        "CREATE INDEX {name} ON fragments (({expression})) WHERE pipeline_id = '{pipeline_id}'"
+        "CREATE INDEX {name} ON fragments (pipeline_id, ({expression}))"
     )))
     .execute(&mut *conn)
     .await?;

@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "vector_norms",
         sql: include_str!("../../migrations/0004_vector_norms.sql"),
     },
+    Migration {
+        version: 5,
+        name: "metadata_index_keys",
+        sql: include_str!("../../migrations/0005_metadata_index_keys.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

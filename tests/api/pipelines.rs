@@ -1105,25 +1105,106 @@ async fn a_metadata_index_is_used_by_the_planner() {
     }
     assert_eq!(stored, DOCUMENTS);
 
+    // The statement the service runs binds the pipeline id and the value: the index must
+    // serve it under a custom plan (values known) and under a generic plan (values unknown,
+    // as for a prepared statement after its fifth execution).
+    let sql = filtered_fragment_ids(&pid, json!({"year": {"$eq": 2020}}));
     let mut conn = app.pool.acquire().await.unwrap();
     sqlx::query("SET enable_seqscan = off")
         .execute(&mut *conn)
         .await
         .unwrap();
-    let sql = format!(
-        "EXPLAIN (FORMAT JSON) SELECT id FROM fragments WHERE pipeline_id = '{pid}' AND ((metadata ->> 'year')::bigint) = 2020"
-    );
-    let plan: Value = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
+    for explain in [
+        "EXPLAIN (FORMAT JSON)",
+        "EXPLAIN (GENERIC_PLAN, FORMAT JSON)",
+    ] {
+        let statement = if explain.contains("GENERIC_PLAN") {
+            sql.generic.clone()
+        } else {
+            sql.custom.clone()
+        };
+        // The simple protocol: a generic plan's placeholders stay unbound.
+        let row = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{explain} {statement}")))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let plan: Value = sqlx::Row::get(&row, 0);
+        let plan = plan.to_string();
+        assert!(
+            plan.contains(&index_name),
+            "{explain}: the plan does not use {index_name}: {plan}"
+        );
+    }
     sqlx::query("RESET enable_seqscan")
         .execute(&mut *conn)
         .await
         .unwrap();
-    let plan = plan.to_string();
-    assert!(
-        plan.contains(&index_name),
-        "the plan does not use {index_name}: {plan}"
+}
+
+/// `SELECT id FROM fragments` of a pipeline under a metadata filter compiled as the service
+/// compiles it: with `$n` placeholders (`generic`) and with the values in line (`custom`).
+struct FilteredStatement {
+    generic: String,
+    custom: String,
+}
+
+fn filtered_fragment_ids(pid: &str, filter: Value) -> FilteredStatement {
+    use sea_query::{Alias, Expr, ExprTrait, PostgresQueryBuilder, Query};
+    let schema = json!({"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}}});
+    let filter: trove_query::filter::Filter = serde_json::from_value(filter).unwrap();
+    let typed = trove_query::filter::validate(&filter, &schema).unwrap();
+    let condition = trove_query::filter::compile(
+        &typed,
+        "fragments",
+        &trove_query::filter::TeqExpansions::new(),
+    );
+    let fragments = Alias::new("fragments");
+    let mut select = Query::select();
+    select
+        .column((fragments.clone(), Alias::new("id")))
+        .from(fragments.clone())
+        .and_where(
+            Expr::col((fragments, Alias::new("pipeline_id")))
+                .eq(uuid::Uuid::parse_str(pid).unwrap()),
+        )
+        .cond_where(condition);
+    FilteredStatement {
+        generic: select.build(PostgresQueryBuilder).0,
+        custom: select.to_string(PostgresQueryBuilder),
+    }
+}
+
+/// Indexes made before migration 5 (the pipeline id as a partial-index predicate) are rebuilt
+/// on (pipeline_id, expression) by it.
+#[tokio::test]
+async fn migration_5_rebuilds_partial_metadata_indexes_with_the_pipeline_id_as_a_key() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let legacy = "pidx_00000000000000000000000000000005";
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE INDEX {legacy} ON fragments (((metadata ->> 'year')::bigint)) WHERE pipeline_id = '{pid}'"
+    )))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM _trove_migrations WHERE version = 5")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        trove::store::migrations::migrate(&app.pool).await.unwrap(),
+        1
+    );
+    let definition: String =
+        sqlx::query_scalar("SELECT pg_get_indexdef(c.oid) FROM pg_class AS c WHERE c.relname = $1")
+            .bind(legacy)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        definition,
+        format!(
+            "CREATE INDEX {legacy} ON public.fragments USING btree (pipeline_id, (((metadata ->> 'year'::text))::bigint))"
+        )
     );
 }
