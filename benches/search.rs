@@ -47,15 +47,12 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use sea_query::{
-    Alias, Cond, Condition, Expr, ExprTrait, Order, PostgresQueryBuilder, Query, SelectStatement,
-};
-use sea_query_sqlx::{SqlxBinder, SqlxValues};
+use sea_query::Condition;
 use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row};
 use trove::config::{Config, QueueNames};
 use trove::providers::hash_embedding::hash_embedding;
-use trove::retrieval::search::{self, DistanceStrategy, Scope, VectorQuery};
+use trove::retrieval::search::{self, DistanceStrategy, NearestPlan, Scope, VectorQuery};
 use trove::startup::{AppState, Application};
 use trove_query::classification::ClassificationRequest;
 use uuid::Uuid;
@@ -507,101 +504,20 @@ fn recall(corpus: &Corpus, probe: &Probe, exact: &TopK, found: &[Uuid]) -> (usiz
 
 // ---- The statement -----------------------------------------------------------------------
 
-/// The similarity statement exactly as `src/retrieval/search.rs` builds it (`scoped_select`
-/// and `nearest`, cosine, no threshold, no embeddings).
-fn statement(
-    pipeline_id: Uuid,
-    classifications: &[String],
-    filter: Option<&Condition>,
-    table: &str,
-    vector: &[f32],
-    limit: u64,
-) -> (String, SqlxValues) {
-    let f = Alias::new("fragments");
-    let mut select: SelectStatement = Query::select();
-    select
-        .from(f.clone())
-        .columns(
-            [
-                "id",
-                "document_id",
-                "version",
-                "order_id",
-                "classification",
-                "metadata",
-                "content",
-            ]
-            .map(|c| (f.clone(), Alias::new(c))),
-        )
-        .and_where(Expr::col((f.clone(), Alias::new("pipeline_id"))).eq(pipeline_id))
-        .and_where(Expr::col((f.clone(), Alias::new("expired_at"))).is_null())
-        .and_where(
-            Expr::col((f.clone(), Alias::new("classification")))
-                .is_in(classifications.iter().cloned()),
-        );
-    if let Some(filter) = filter {
-        select.cond_where(Cond::all().add(filter.clone()));
-    }
-    let v = Alias::new("v");
-    let distance = Expr::cust_with_values(
-        "\"v\".\"embedding\" <=> $1::vector".to_owned(),
-        [vector_literal(vector)],
-    );
-    select
-        .expr_as(distance.clone(), Alias::new("score"))
-        .join_as(
-            sea_query::JoinType::InnerJoin,
-            Alias::new(table),
-            v.clone(),
-            Expr::col((v, Alias::new("fragment_id"))).equals((f, Alias::new("id"))),
-        )
-        .order_by_expr(distance, Order::Asc)
-        .limit(limit);
-    select.build_sqlx(PostgresQueryBuilder)
-}
-
-fn vector_literal(vector: &[f32]) -> String {
-    let mut text = String::with_capacity(vector.len() * 10 + 2);
-    text.push('[');
-    for (i, x) in vector.iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push_str(&x.to_string());
-    }
-    text.push(']');
-    text
-}
-
-/// The statement run directly as the service runs it (`src/retrieval/search.rs`, `nearest`):
+/// The statement run directly as the service runs it (`trove::retrieval::search::run_plan`):
 /// on a pooled connection of `trove::store::connect_lazy`, whose sessions start with
-/// `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH`, alone
-/// when `k` is within that candidate list, else in a transaction that raises `ef_search`.
-async fn floor_search(pool: &PgPool, sql: String, values: SqlxValues) -> Vec<(Uuid, f64)> {
-    let rows = if K as u64 <= search::SESSION_EF_SEARCH {
-        sqlx::query_with(AssertSqlSafe(sql), values)
-            .fetch_all(pool)
-            .await
-            .expect("search statement")
-    } else {
-        let mut tx = pool.begin().await.expect("begin");
-        sqlx::query(SET_CONFIG)
-            .bind(Ord::min(K as u64, 1000).to_string())
-            .execute(&mut *tx)
-            .await
-            .expect("set_config");
-        let rows = sqlx::query_with(AssertSqlSafe(sql), values)
-            .fetch_all(&mut *tx)
-            .await
-            .expect("search statement");
-        tx.commit().await.expect("commit");
-        rows
-    };
+/// `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH`, alone when
+/// the plan keeps that candidate list, else in a transaction that sets the plan's.
+async fn floor_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
+    let rows = search::run_plan(pool, plan)
+        .await
+        .expect("search statement");
     hits_of(&rows)
 }
 
 /// The statement with index scans disabled: an exact scan.
-async fn exact_search(pool: &PgPool, sql: String, values: SqlxValues) -> Vec<(Uuid, f64)> {
+async fn exact_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
+    let NearestPlan { sql, values, .. } = plan;
     let mut tx = pool.begin().await.expect("begin");
     sqlx::query("SET LOCAL enable_indexscan = off")
         .execute(&mut *tx)
@@ -616,11 +532,8 @@ async fn exact_search(pool: &PgPool, sql: String, values: SqlxValues) -> Vec<(Uu
 }
 
 /// The statement alone on a connection whose session settings the caller chose.
-async fn session_search(
-    conn: &mut PgConnection,
-    sql: String,
-    values: SqlxValues,
-) -> Vec<(Uuid, f64)> {
+async fn session_search(conn: &mut PgConnection, plan: NearestPlan) -> Vec<(Uuid, f64)> {
+    let NearestPlan { sql, values, .. } = plan;
     let rows = sqlx::query_with(AssertSqlSafe(sql), values)
         .fetch_all(conn)
         .await
@@ -635,6 +548,7 @@ fn hits_of(rows: &[sqlx::postgres::PgRow]) -> Vec<(Uuid, f64)> {
         .map(|r| (r.get::<Uuid, _>("id"), r.get::<f64, _>("score")))
         .collect();
     hits.sort_by(|a, b| a.1.total_cmp(&b.1));
+    hits.truncate(K);
     hits
 }
 
@@ -793,12 +707,12 @@ impl Http {
 /// classifications.
 struct Target {
     pipeline_id: Uuid,
-    model_id: Uuid,
-    table: String,
     ve_id: Uuid,
     schema: Value,
     classifications: Vec<String>,
     path: String,
+    /// What the service reads as the association's vector count (`pg_class.reltuples`).
+    estimated_rows: f64,
 }
 
 impl Target {
@@ -830,24 +744,26 @@ impl Target {
         body
     }
 
-    fn statement(&self, probe: &Probe, filtered: bool) -> (String, SqlxValues) {
-        self.statement_with_limit(probe, filtered, K as u64)
+    /// The vector side of the probe's search, as the service builds it.
+    fn vector_query<'a>(&self, probe: &'a Probe) -> VectorQuery<'a> {
+        VectorQuery {
+            vector_embedding_id: self.ve_id,
+            vector: &probe.vector,
+            strategy: DistanceStrategy::Cosine,
+            unit_vectors: true,
+            estimated_rows: self.estimated_rows,
+        }
     }
 
-    fn statement_with_limit(
-        &self,
-        probe: &Probe,
-        filtered: bool,
-        limit: u64,
-    ) -> (String, SqlxValues) {
-        statement(
-            self.pipeline_id,
-            &self.classifications,
-            self.condition(probe, filtered).as_ref(),
-            &self.table,
-            &probe.vector,
-            limit,
-        )
+    /// The service's statement for the probe (`trove::retrieval::search::nearest_plan`).
+    fn statement(&self, probe: &Probe, filtered: bool) -> NearestPlan {
+        let scope = Scope {
+            pipeline_id: self.pipeline_id,
+            classifications: &self.classifications,
+            filter: self.condition(probe, filtered),
+        };
+        search::nearest_plan(&scope, &self.vector_query(probe), None, K as u64, false)
+            .expect("statement")
     }
 
     async fn library(&self, pool: &PgPool, probe: &Probe, filtered: bool) -> Vec<(Uuid, f64)> {
@@ -856,11 +772,7 @@ impl Target {
             classifications: &self.classifications,
             filter: self.condition(probe, filtered),
         };
-        let query = VectorQuery {
-            vector_embedding_id: self.ve_id,
-            vector: &probe.vector,
-            strategy: DistanceStrategy::Cosine,
-        };
+        let query = self.vector_query(probe);
         search::similarity(pool, &scope, &query, K as u64, None)
             .await
             .expect("library search")
@@ -884,7 +796,7 @@ struct Summary {
 }
 
 /// A statement built ahead for one concurrent search, taken once.
-type PreparedStatement = std::sync::Mutex<Option<(String, SqlxValues)>>;
+type PreparedStatement = std::sync::Mutex<Option<NearestPlan>>;
 
 /// Results of the sequential run of one scenario.
 struct Sequential {
@@ -932,9 +844,9 @@ async fn run_sequential(
                     http_hits[q] = hits.iter().map(|h| h.0).collect();
                 }
                 1 => {
-                    let (sql, values) = target.statement(probe, filtered);
+                    let plan = target.statement(probe, filtered);
                     let started = Instant::now();
-                    let hits = floor_search(raw, sql, values).await;
+                    let hits = floor_search(raw, plan).await;
                     out.sql.push(started.elapsed());
                     sql_hits[q] = hits.iter().map(|h| h.0).collect();
                 }
@@ -1100,23 +1012,23 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         .expect("pipeline");
     let ve_id = row.ve_id.expect("association");
     let table = trove::store::vectors::table_name(ve_id);
-    let (declared, hierarchy) = trove::store::pipelines::classifications(&state.pool, pipeline_id)
+    let context = trove::store::pipelines::search_context(&state.pool, pipeline_id)
         .await
-        .expect("classifications");
+        .expect("search context")
+        .expect("pipeline");
     let classifications = trove_query::classification::resolve(
         &ClassificationRequest::hierarchical(vec!["restricted".to_owned()]),
-        &declared,
-        &hierarchy,
+        &context.classification_names,
+        &context.hierarchy(),
     )
     .expect("resolved");
-    let target = Target {
+    let mut target = Target {
         pipeline_id,
-        model_id: row.em_id.expect("model"),
-        table: table.clone(),
         ve_id,
         schema: row.metadata_schema.clone(),
         classifications,
         path: format!("/pipelines/{pipeline_id}/search"),
+        estimated_rows: 0.0,
     };
 
     // Data.
@@ -1257,6 +1169,12 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         sizes.1 >> 20,
         sizes.2 >> 20
     );
+    target.estimated_rows = trove::store::pipelines::search_context(&state.pool, pipeline_id)
+        .await
+        .expect("search context")
+        .expect("pipeline")
+        .ve_estimated_rows
+        .map_or(0.0, f64::from);
     let settings: Vec<(String, String)> = sqlx::query_as(
         "SELECT name, current_setting(name) FROM unnest(ARRAY['shared_buffers', 'work_mem', 'jit', 'effective_cache_size']) AS name",
     )
@@ -1359,17 +1277,32 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         }
         // Plan of the statement.
         if let Some(probe) = measured.first() {
-            let (sql, values) = target.statement(probe, filtered);
+            let plan = target.statement(probe, filtered);
             if !filtered {
-                println!("statement: {sql}");
+                println!(
+                    "statement: {}; hnsw.ef_search {} (association of ~{} vectors), LIMIT {} cut to k after sorting",
+                    plan.sql,
+                    plan.ef_search.unwrap_or(search::SESSION_EF_SEARCH),
+                    target.estimated_rows,
+                    plan.fetch
+                );
+            }
+            let mut tx = raw.begin().await.expect("begin");
+            if let Some(ef) = plan.ef_search {
+                sqlx::query(SET_CONFIG)
+                    .bind(ef.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .expect("set_config");
             }
             let plan: Vec<String> = sqlx::query_scalar_with(
-                AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {sql}")),
-                values,
+                AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {}", plan.sql)),
+                plan.values,
             )
-            .fetch_all(&raw)
+            .fetch_all(&mut *tx)
             .await
             .expect("explain");
+            tx.commit().await.expect("commit");
             println!("plan (EXPLAIN ANALYZE, first query, query vector elided):");
             for line in plan {
                 println!("    {}", elide_vectors(&line));
@@ -1412,9 +1345,9 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         let mut max_delta = 0f64;
         let mut exact_sql_times = Vec::new();
         for (probe, top) in measured.iter().zip(&exact).take(options.exact_sql) {
-            let (sql, values) = target.statement(probe, filtered);
+            let plan = target.statement(probe, filtered);
             let started = Instant::now();
-            let hits = exact_search(&raw, sql, values).await;
+            let hits = exact_search(&raw, plan).await;
             exact_sql_times.push(started.elapsed());
             let delta = hits
                 .iter()
@@ -1470,19 +1403,15 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 options.sweep_queries.min(measured.len())
             );
             println!("    iterative_scan   ef_search   LIMIT   p50 ms   p99 ms   recall@{K}");
-            let mut variants: Vec<(&str, u32, u64)> = options
+            let mut variants: Vec<(&str, u64)> = options
                 .sweep
                 .iter()
-                .map(|&ef| ("relaxed_order", ef, K as u64))
+                .map(|&ef| ("relaxed_order", u64::from(ef)))
                 .collect();
-            variants.extend([
-                ("relaxed_order", 40, 4 * K as u64),
-                ("relaxed_order", 100, 4 * K as u64),
-                ("strict_order", 40, K as u64),
-                ("strict_order", 100, K as u64),
-            ]);
+            let service_ef = search::ef_search_for(target.estimated_rows, search::MIN_FETCH);
+            variants.extend([("strict_order", service_ef)]);
             let mut conn = PgConnection::connect(&url).await.expect("sweep connection");
-            for (mode, ef, limit) in variants {
+            for (mode, ef) in variants {
                 sqlx::raw_sql(AssertSqlSafe(format!(
                     "SET hnsw.iterative_scan = {mode}; SET hnsw.ef_search = {ef}"
                 )))
@@ -1491,18 +1420,25 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 .expect("session settings");
                 let mut times = Vec::new();
                 let mut hits_total = (0, 0);
+                let mut limit = 0;
                 for (probe, top) in measured.iter().zip(&exact).take(options.sweep_queries) {
-                    let (sql, values) = target.statement_with_limit(probe, filtered, limit);
+                    let plan = target.statement(probe, filtered);
+                    limit = plan.fetch;
                     let started = Instant::now();
-                    let hits = session_search(&mut conn, sql, values).await;
+                    let hits = session_search(&mut conn, plan).await;
                     times.push(started.elapsed());
-                    let ids: Vec<Uuid> = hits.iter().take(K).map(|h| h.0).collect();
+                    let ids: Vec<Uuid> = hits.iter().map(|h| h.0).collect();
                     let (tie, _, wanted) = recall(&corpus, probe, top, &ids);
                     hits_total.0 += tie;
                     hits_total.1 += wanted;
                 }
+                let marker = if ef == service_ef && mode == "relaxed_order" {
+                    " (service)"
+                } else {
+                    ""
+                };
                 println!(
-                    "    {mode:<14}   {ef:>9}   {limit:>5}   {:>6.3}   {:>6.3}   {:.4}",
+                    "    {mode:<14}   {ef:>9}   {limit:>5}   {:>6.3}   {:>6.3}   {:.4}{marker}",
                     pct(&times, 50.0),
                     pct(&times, 99.0),
                     hits_total.0 as f64 / hits_total.1.max(1) as f64
@@ -1547,9 +1483,9 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 let statements = statements.clone();
                 let raw = raw_shared.clone();
                 async move {
-                    let (sql, values) = statements[i].lock().expect("lock").take().expect("once");
+                    let plan = statements[i].lock().expect("lock").take().expect("once");
                     let started = Instant::now();
-                    floor_search(&raw, sql, values).await;
+                    floor_search(&raw, plan).await;
                     started.elapsed()
                 }
             })
@@ -1575,7 +1511,6 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     let pool = &state.pool;
     let rounds = 300;
     let probe = &measured[0];
-    let model_id = target.model_id;
     let key_check = time_n(rounds, |_| async move {
         let (key, entries) = tokio::join!(
             trove::store::api_keys::key_for_auth(pool, master),
@@ -1584,22 +1519,10 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         (key.expect("key"), entries.expect("entries"))
     })
     .await;
-    let pipeline_read = time_n(rounds, |_| async move {
-        trove::store::pipelines::get(pool, pipeline_id)
+    let context_read = time_n(rounds, |_| async move {
+        trove::store::pipelines::search_context(pool, pipeline_id)
             .await
-            .expect("pipeline")
-    })
-    .await;
-    let classification_read = time_n(rounds, |_| async move {
-        trove::store::pipelines::classifications(pool, pipeline_id)
-            .await
-            .expect("classifications")
-    })
-    .await;
-    let model_read = time_n(rounds, |_| async move {
-        trove::store::embedding::model(pool, model_id)
-            .await
-            .expect("model")
+            .expect("search context")
     })
     .await;
     let embed = time_n(rounds, |i| {
@@ -1613,11 +1536,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             classifications: &target.classifications,
             filter: None,
         };
-        let query = VectorQuery {
-            vector_embedding_id: ve_id,
-            vector: &probe.vector,
-            strategy: DistanceStrategy::Cosine,
-        };
+        let query = target.vector_query(probe);
         search::similarity(pool, &scope, &query, K as u64, None)
             .await
             .expect("hits")
@@ -1655,13 +1574,13 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         empty_search.push(http.search(&target.path, &empty_body).await.0);
     }
     let statement_alone = time_n(rounds, |_| {
-        let (sql, values) = target.statement(probe, false);
+        let plan = target.statement(probe, false);
         let raw = &raw;
-        async move { floor_search(raw, sql, values).await }
+        async move { floor_search(raw, plan).await }
     })
     .await;
     let in_transaction = time_n(rounds, |_| {
-        let (sql, values) = target.statement(probe, false);
+        let NearestPlan { sql, values, .. } = target.statement(probe, false);
         let raw = &raw;
         async move {
             let mut tx = raw.begin().await.expect("begin");
@@ -1693,7 +1612,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             &full_http,
         ),
         (
-            "HTTP search, k 0 (key check, pipeline, classifications; returns before embedding)",
+            "HTTP search, k 0 (key check ‖ search context; returns before embedding)",
             &empty_search,
         ),
         (
@@ -1704,12 +1623,10 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             "  key check: api_keys ‖ permissions (2 reads at once)",
             &key_check,
         ),
-        ("  pipeline read (1 read)", &pipeline_read),
         (
-            "  classifications and hierarchy (store::pipelines::classifications)",
-            &classification_read,
+            "  search context: pipeline, model, classifications, vector count (1 read)",
+            &context_read,
         ),
-        ("embedding model read (1 read)", &model_read),
         ("hash embedding of the query text", &embed),
         (
             "search statement alone (session settings; what the service runs)",

@@ -39,6 +39,42 @@ pub async fn require(
     store::get(pool, id).await?.ok_or_else(|| not_found(id))
 }
 
+/// [`require`] for a search: the pipeline's [`store::SearchContext`] (one read) on which the
+/// key holds every bit of `needed`.
+pub async fn require_for_search(
+    pool: &PgPool,
+    auth: &AuthContext,
+    id: Uuid,
+    needed: AccessLevel,
+) -> ApiResult<store::SearchContext> {
+    if !auth
+        .object_level(ObjectType::Pipelines, id)
+        .contains(needed)
+    {
+        return Err(not_found(id));
+    }
+    store::search_context(pool, id)
+        .await?
+        .ok_or_else(|| not_found(id))
+}
+
+/// [`require_for_search`] with the context read ahead (the permission check still comes
+/// first, so a key without access learns nothing from it).
+pub fn require_prefetched(
+    auth: &AuthContext,
+    id: Uuid,
+    needed: AccessLevel,
+    context: ApiResult<Option<store::SearchContext>>,
+) -> ApiResult<store::SearchContext> {
+    if !auth
+        .object_level(ObjectType::Pipelines, id)
+        .contains(needed)
+    {
+        return Err(not_found(id));
+    }
+    context?.ok_or_else(|| not_found(id))
+}
+
 /// Input of `POST /pipelines`.
 pub struct NewPipelineInput {
     pub name: String,

@@ -140,8 +140,17 @@ pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiRe
             message: "Embedding model not found",
             id: Some(model_id),
         })?;
+    embed_query_with(state, &stored, query).await
+}
+
+/// Embeds the query with a model already read.
+async fn embed_query_with(
+    state: &AppState,
+    stored: &crate::store::embedding::StoredModel,
+    query: &str,
+) -> ApiResult<Vec<f32>> {
     let mut vectors =
-        super::embedding_models::embed_texts(state, &stored, &[query.to_owned()]).await?;
+        super::embedding_models::embed_texts(state, stored, &[query.to_owned()]).await?;
     vectors
         .pop()
         .ok_or_else(|| ApiError::Internal("Received empty embedding vector".to_owned()))
@@ -152,6 +161,41 @@ pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiRe
 pub struct QueryVector {
     pub model_id: Uuid,
     pub vector: Vec<f32>,
+}
+
+/// A pipeline's search context read before the key check completed (see
+/// `http::search::SearchAuth`): used only after the key is verified and its permissions
+/// checked.
+pub struct Prefetched {
+    pipeline_id: Uuid,
+    context: ApiResult<Option<crate::store::pipelines::SearchContext>>,
+}
+
+impl Prefetched {
+    pub fn pipeline_id(&self) -> Uuid {
+        self.pipeline_id
+    }
+}
+
+/// Reads a pipeline's search context ahead of the permission check.
+pub async fn prefetch(state: &AppState, pipeline_id: Uuid) -> Prefetched {
+    Prefetched {
+        pipeline_id,
+        context: crate::store::pipelines::search_context(&state.pool, pipeline_id)
+            .await
+            .map_err(ApiError::from),
+    }
+}
+
+/// [`run`] with the pipeline's context already read (when it was).
+pub async fn run_prefetched(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    input: SearchInput,
+    prefetched: Option<Prefetched>,
+) -> ApiResult<Vec<Value>> {
+    run_inner(state, auth, pipeline_id, input, None, prefetched).await
 }
 
 /// Runs a search on a pipeline the key can read and execute.
@@ -173,13 +217,27 @@ pub async fn run_with_query_vector(
     input: SearchInput,
     query_vector: Option<QueryVector>,
 ) -> ApiResult<Vec<Value>> {
-    let pipeline = super::pipelines::require(
-        &state.pool,
-        auth,
-        pipeline_id,
-        AccessLevel::READ.union(AccessLevel::EXECUTE),
-    )
-    .await?;
+    run_inner(state, auth, pipeline_id, input, query_vector, None).await
+}
+
+async fn run_inner(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    input: SearchInput,
+    query_vector: Option<QueryVector>,
+    prefetched: Option<Prefetched>,
+) -> ApiResult<Vec<Value>> {
+    // One read: the pipeline, its model, its classifications and what the search needs to
+    // know of the stored vectors.
+    let needed = AccessLevel::READ.union(AccessLevel::EXECUTE);
+    let context = match prefetched {
+        Some(prefetched) if prefetched.pipeline_id == pipeline_id => {
+            super::pipelines::require_prefetched(auth, pipeline_id, needed, prefetched.context)?
+        }
+        _ => super::pipelines::require_for_search(&state.pool, auth, pipeline_id, needed).await?,
+    };
+    let pipeline = &context.pipeline;
     let params = EffectiveParams::from_request(input.params.as_ref());
     match input.kind {
         SearchKind::Query => return Err(ApiError::InvalidSearchType),
@@ -203,7 +261,7 @@ pub async fn run_with_query_vector(
     // order: classification, filter, vector embedding, embedding.
     let vector_target = match input.kind {
         SearchKind::Similarity | SearchKind::Mmr => {
-            Some(vector_embedding(&pipeline, params.embedding))
+            Some(vector_embedding(pipeline, params.embedding))
         }
         _ => None,
     };
@@ -215,24 +273,28 @@ pub async fn run_with_query_vector(
             {
                 Some(Ok(computed.vector))
             }
-            (Some(Ok((_, model))), _) if wants_vector => {
-                Some(embed_query(state, *model, &input.query).await)
-            }
+            (Some(Ok(_)), _) if wants_vector => Some(match context.stored_model() {
+                Some(stored) => embed_query_with(state, &stored, &input.query).await,
+                None => Err(ApiError::Internal(
+                    "the association has no model".to_owned(),
+                )),
+            }),
             _ => None,
         }
     };
     let scope_parts = async {
-        let (declared, hierarchy) =
-            crate::store::pipelines::classifications(&state.pool, pipeline_id).await?;
-        let classifications =
-            trove_query::classification::resolve(&input.classification, &declared, &hierarchy)
-                .map_err(|_| ApiError::NotFound {
-                    message: "Classification not found",
-                    id: None,
-                })?;
+        let classifications = trove_query::classification::resolve(
+            &input.classification,
+            &context.classification_names,
+            &context.hierarchy(),
+        )
+        .map_err(|_| ApiError::NotFound {
+            message: "Classification not found",
+            id: None,
+        })?;
         let filter = match &input.filters {
             Some(filter) => {
-                super::filters::compile_for_pipeline(state, &pipeline, filter, "fragments").await?
+                super::filters::compile_for_pipeline(state, pipeline, filter, "fragments").await?
             }
             None => None,
         };
@@ -265,6 +327,9 @@ pub async fn run_with_query_vector(
                 vector_embedding_id: ve,
                 vector: &vector,
                 strategy,
+                unit_vectors: strategy == DistanceStrategy::Cosine
+                    || context.ve_unit_vectors.unwrap_or(false),
+                estimated_rows: context.ve_estimated_rows.map_or(0.0, f64::from),
             };
             if input.kind == SearchKind::Similarity {
                 search::similarity(&state.pool, &scope, &query, params.k, params.threshold).await?

@@ -156,6 +156,101 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<PipelineRow>, sqlx::E
         .await
 }
 
+/// What a search reads of its pipeline, in one statement: the pipeline with its association
+/// and model, the model's encrypted secret parameters, whether every stored vector has unit
+/// length, the planner's estimate of the association's vector count, and the classifications
+/// with their hierarchy.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SearchContext {
+    #[sqlx(flatten)]
+    pub pipeline: PipelineRow,
+    pub em_secret_parameters: Option<Vec<u8>>,
+    pub ve_unit_vectors: Option<bool>,
+    /// `pg_class.reltuples` of the association's vector table (negative or absent when the
+    /// table was never analysed).
+    pub ve_estimated_rows: Option<f32>,
+    pub classification_names: Vec<String>,
+    pub hierarchy_from: Vec<String>,
+    pub hierarchy_to: Vec<String>,
+}
+
+impl SearchContext {
+    /// The hierarchy as (classification, inherited) pairs.
+    pub fn hierarchy(&self) -> Vec<(String, String)> {
+        self.hierarchy_from
+            .iter()
+            .cloned()
+            .zip(self.hierarchy_to.iter().cloned())
+            .collect()
+    }
+
+    /// The association's model as stored, when the pipeline has one.
+    pub fn stored_model(&self) -> Option<crate::store::embedding::StoredModel> {
+        let p = &self.pipeline;
+        Some(crate::store::embedding::StoredModel {
+            row: crate::store::embedding::ModelRow {
+                id: p.em_id?,
+                name: p.em_name.clone()?,
+                description: p.em_description.clone(),
+                provider: p.em_provider.clone()?,
+                model_name: p.em_model_name.clone()?,
+                parameters: p.em_parameters.clone()?,
+                dimensions: p.em_dimensions?,
+                created_at: p.em_created_at?,
+                updated_at: p.em_updated_at?,
+            },
+            secret_parameters: self.em_secret_parameters.clone(),
+        })
+    }
+}
+
+/// Reads a pipeline's [`SearchContext`] in one round trip.
+pub async fn search_context(pool: &PgPool, id: Uuid) -> Result<Option<SearchContext>, sqlx::Error> {
+    use sea_query::PostgresQueryBuilder;
+    use sea_query_sqlx::SqlxBinder;
+    let mut select = select_base();
+    select
+        .expr_as(
+            Expr::col((Alias::new("embedding_models"), Alias::new("secret_parameters"))),
+            Alias::new("em_secret_parameters"),
+        )
+        .expr_as(
+            Expr::col((Alias::new("vector_embeddings"), Alias::new("unit_vectors"))),
+            Alias::new("ve_unit_vectors"),
+        )
+        // The vector table's name is derived from the association id inside the statement
+        // (`store::vectors::table_name`): `vectors_` and the id's 32 hex digits.
+        .expr_as(
+            Expr::cust(
+                "(SELECT c.reltuples FROM pg_class AS c WHERE c.oid = to_regclass('vectors_' || replace(\"vector_embeddings\".\"id\"::text, '-', '')))",
+            ),
+            Alias::new("ve_estimated_rows"),
+        )
+        .expr_as(
+            Expr::cust(
+                "coalesce((SELECT array_agg(c.name ORDER BY c.name) FROM classifications AS c WHERE c.pipeline_id = \"pipelines\".\"id\"), '{}')",
+            ),
+            Alias::new("classification_names"),
+        )
+        .expr_as(
+            Expr::cust(
+                "coalesce((SELECT array_agg(h.classification ORDER BY h.classification, h.inherited) FROM classification_hierarchy AS h WHERE h.pipeline_id = \"pipelines\".\"id\"), '{}')",
+            ),
+            Alias::new("hierarchy_from"),
+        )
+        .expr_as(
+            Expr::cust(
+                "coalesce((SELECT array_agg(h.inherited ORDER BY h.classification, h.inherited) FROM classification_hierarchy AS h WHERE h.pipeline_id = \"pipelines\".\"id\"), '{}')",
+            ),
+            Alias::new("hierarchy_to"),
+        )
+        .and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
+    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
+        .fetch_optional(pool)
+        .await
+}
+
 /// What a new pipeline stores.
 pub struct NewPipeline<'a> {
     pub id: Uuid,

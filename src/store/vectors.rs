@@ -103,20 +103,6 @@ pub async fn insert(
     Ok(())
 }
 
-/// Whether every vector stored for an association has unit length.
-pub async fn unit_vectors(
-    conn: &mut PgConnection,
-    vector_embedding_id: Uuid,
-) -> Result<bool, sqlx::Error> {
-    Ok(
-        sqlx::query_scalar("SELECT unit_vectors FROM vector_embeddings WHERE id = $1")
-            .bind(vector_embedding_id)
-            .fetch_optional(conn)
-            .await?
-            .unwrap_or(false),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::all_unit;
