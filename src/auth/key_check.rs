@@ -30,14 +30,10 @@ pub async fn authenticate(pool: &PgPool, headers: &HeaderMap) -> Result<AuthCont
     let secret = visible_header(headers, "x-api-key-secret").ok_or(ApiError::NoApiSecret)?;
     let key_id = Uuid::parse_str(key).map_err(|_| ApiError::InvalidKeyId)?;
 
-    // The key and its permissions are read at once (two connections, one round trip of
-    // latency); the permissions are only used once the key is verified.
-    let (key, entries) = tokio::join!(
-        store::api_keys::key_for_auth(pool, key_id),
-        store::api_keys::entries(pool, key_id)
-    );
-    let key = match key {
-        Ok(Some(key)) => key,
+    // The key and its permissions, in one statement; the permissions are only used once the
+    // key is verified.
+    let (key, entries) = match store::api_keys::key_for_auth(pool, key_id).await {
+        Ok(Some(found)) => found,
         Ok(None) => return Err(ApiError::InvalidKeyOrSecret),
         Err(error) => {
             tracing::warn!(%error, "key check could not read the database");
@@ -50,13 +46,6 @@ pub async fn authenticate(pool: &PgPool, headers: &HeaderMap) -> Result<AuthCont
     if !secret_ok || !key.active || expired {
         return Err(ApiError::InvalidKeyOrSecret);
     }
-    let entries = match entries {
-        Ok(entries) => entries,
-        Err(error) => {
-            tracing::warn!(%error, "key check could not read permissions");
-            return Err(ApiError::InvalidKeyOrSecret);
-        }
-    };
     Ok(AuthContext {
         key_id: key.id,
         name: key.name,

@@ -55,14 +55,59 @@ macro_rules! key_columns {
     };
 }
 
-/// Reads a key for the key check.
-pub async fn key_for_auth(pool: &PgPool, id: Uuid) -> Result<Option<KeyForAuth>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, description, secret_hash, active, expiration, is_master FROM api_keys WHERE id = $1",
+/// Reads a key and its permission entries for the key check, in one statement: a row per
+/// entry (or one row without an entry), the key's columns on each.
+pub async fn key_for_auth(
+    pool: &PgPool,
+    id: Uuid,
+) -> Result<Option<(KeyForAuth, Vec<PermissionEntry>)>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        key: KeyForAuth,
+        object_type: Option<String>,
+        object_id: Option<Uuid>,
+        permission: Option<i16>,
+        classifications: Option<Vec<String>>,
+    }
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT k.id, k.name, k.description, k.secret_hash, k.active, k.expiration, k.is_master,
+                p.object_type, p.object_id, p.permission, p.classifications
+         FROM api_keys AS k LEFT JOIN permissions AS p ON p.api_key_id = k.id
+         WHERE k.id = $1 ORDER BY p.object_type, p.object_id",
     )
     .bind(id)
-    .fetch_optional(pool)
-    .await
+    .fetch_all(pool)
+    .await?;
+    let mut rows = rows.into_iter().peekable();
+    let Some(first) = rows.peek() else {
+        return Ok(None);
+    };
+    let key = first.key.clone();
+    let entries = rows
+        .filter_map(|r| {
+            entry(EntryRow {
+                object_type: r.object_type?,
+                object_id: r.object_id?,
+                permission: r.permission?,
+                classifications: r.classifications?,
+            })
+        })
+        .collect();
+    Ok(Some((key, entries)))
+}
+
+/// An entry row as [`PermissionEntry`]; rows are written only through `ObjectType` and
+/// `AccessLevel`, so both parse.
+fn entry(r: EntryRow) -> Option<PermissionEntry> {
+    let object_type = ObjectType::parse(&r.object_type).ok()?;
+    let level = AccessLevel::from_bits(i64::from(r.permission))?;
+    Some(PermissionEntry {
+        object_type,
+        object_id: r.object_id,
+        level,
+        classifications: r.classifications,
+    })
 }
 
 /// Every permission entry of a key, ordered by object type then object id.
@@ -74,20 +119,7 @@ pub async fn entries(pool: &PgPool, key_id: Uuid) -> Result<Vec<PermissionEntry>
     .bind(key_id)
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| {
-            // Rows are written only through `ObjectType` and `AccessLevel`, so both parse.
-            let object_type = ObjectType::parse(&r.object_type).ok()?;
-            let level = AccessLevel::from_bits(i64::from(r.permission))?;
-            Some(PermissionEntry {
-                object_type,
-                object_id: r.object_id,
-                level,
-                classifications: r.classifications,
-            })
-        })
-        .collect())
+    Ok(rows.into_iter().filter_map(entry).collect())
 }
 
 /// One key by id.
