@@ -18,6 +18,9 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+/// How long a pooled connection may sit idle before it is pinged on acquire.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// Opens a connection pool. Connections are made lazily, so a database that is down at
 /// start is reported per request (`Database connection error`), not by a crash.
 pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
@@ -35,5 +38,16 @@ pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Err
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
+        // A connection idle for a while is pinged before use (the server may have closed it);
+        // one just returned to the pool is not, which saves a round trip per statement.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_lazy_with(options))
 }
