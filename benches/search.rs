@@ -6,15 +6,16 @@
 //! (`similarity`, k 5) against the same statement run directly, with and without the filter.
 //!
 //! Reported per N and filter: HNSW build time, p50/p99 through HTTP, p50/p99 of the raw
-//! statement (the SELECT of `src/retrieval/search.rs` run as the service runs it: alone, on a
-//! pooled connection of `trove::store::connect_lazy`, whose sessions carry the
-//! `hnsw.iterative_scan` and `hnsw.ef_search` settings), p50 of the library call
+//! statement (the plan of `trove::retrieval::search::nearest_plan` run by `run_plan`, as the
+//! service runs it: on a pooled connection of `trove::store::connect_lazy`, whose sessions
+//! carry the `hnsw.iterative_scan` and `hnsw.ef_search` settings, alone or in a transaction
+//! that sets the plan's `ef_search`), p50 of the library call
 //! (`trove::retrieval::search::similarity`), the ratio of the p50s, and recall@5 against an
 //! exact scan (in process over every vector, cross-checked with the statement run with index
 //! scans disabled). The three paths take turns query by query, each running every query
 //! once, a third of the list apart (so none profits from another's freshly read pages).
 //! The filtered search runs twice: without, then with a metadata index on the field. Then
-//! index scan settings on the raw statement (ef_search, LIMIT, strict order), the same
+//! index scan settings on the raw statement (ef_search values, strict order), the same
 //! searches with 4 concurrent clients, and a breakdown of the service path.
 //!
 //! Data: synthetic texts from a topic model (20,000 pseudo-words, 2,000 topics of 40 words;

@@ -115,7 +115,7 @@ impl SearchApi {
         };
         let context = auth.context.filter(|c| c.pipeline_id() == pipeline_id.0);
         Ok(Json(
-            service::run_prefetched(state, &auth.auth.0, pipeline_id.0, input, context).await?,
+            service::run_with(state, &auth.auth.0, pipeline_id.0, input, None, context).await?,
         ))
     }
 }

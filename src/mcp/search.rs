@@ -9,7 +9,8 @@ use crate::auth::AuthContext;
 use crate::error::ApiResult;
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{
-    self as service, EffectiveParams, QueryVector, SearchInput, SearchKind, SearchParams,
+    self as service, EffectiveParams, Prefetched, QueryVector, SearchInput, SearchKind,
+    SearchParams,
 };
 use crate::startup::AppState;
 
@@ -54,7 +55,7 @@ pub fn params_json(params: Effective, model_id: Uuid) -> Value {
 pub async fn run(
     state: &AppState,
     auth: &AuthContext,
-    request: SearchRequest<'_>,
+    request: SearchRequest,
 ) -> ApiResult<Vec<Value>> {
     let input = SearchInput {
         query: request.query,
@@ -70,6 +71,14 @@ pub async fn run(
         model_id: request.embedding_model_id,
         vector: request.query_vector,
     };
-    service::run_with_query_vector(state, auth, request.pipeline.id, input, Some(query_vector))
-        .await
+    let pipeline_id = request.context.pipeline.id;
+    service::run_with(
+        state,
+        auth,
+        pipeline_id,
+        input,
+        Some(query_vector),
+        Some(Prefetched::read(pipeline_id, request.context)),
+    )
+    .await
 }

@@ -503,8 +503,9 @@ impl Effective {
 
 /// What the search itself receives once the pipeline is readable and executable, the model
 /// chosen and the query embedded.
-pub struct SearchRequest<'a> {
-    pub pipeline: &'a PipelineRow,
+pub struct SearchRequest {
+    /// The pipeline as read for the search (its model, classifications, vector count).
+    pub context: crate::store::pipelines::SearchContext,
     pub query: String,
     pub kind: SearchType,
     pub classifications: Vec<String>,
@@ -523,7 +524,7 @@ async fn search_knowledge(state: &AppState, auth: &AuthContext, args: SearchArgs
     let params = Effective::of(args.params.as_ref());
 
     // 1. The pipeline, with read and execute.
-    let pipeline = crate::service::pipelines::require(
+    let context = crate::service::pipelines::require_for_search(
         &state.pool,
         auth,
         pipeline_id,
@@ -531,6 +532,7 @@ async fn search_knowledge(state: &AppState, auth: &AuthContext, args: SearchArgs
     )
     .await
     .map_err(service_error)?;
+    let pipeline = &context.pipeline;
 
     // 2. The embedding model: one of the pipeline's, by model id.
     let model_id = match (requested_model, pipeline.em_id) {
@@ -551,13 +553,15 @@ async fn search_knowledge(state: &AppState, auth: &AuthContext, args: SearchArgs
     };
 
     // 3. The query's embedding, for every type.
-    let query_vector = super::search::embed_query(state, model_id, &args.query)
-        .await
-        .map_err(service_error)?;
+    let query_vector = match context.stored_model() {
+        Some(stored) => crate::service::search::embed_query_with(state, &stored, &args.query).await,
+        None => crate::service::search::embed_query(state, model_id, &args.query).await,
+    }
+    .map_err(service_error)?;
 
     // 4. The search.
     let request = SearchRequest {
-        pipeline: &pipeline,
+        context,
         query: args.query,
         kind: args.kind,
         classifications: args.classifications,

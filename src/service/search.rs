@@ -144,7 +144,7 @@ pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiRe
 }
 
 /// Embeds the query with a model already read.
-async fn embed_query_with(
+pub async fn embed_query_with(
     state: &AppState,
     stored: &crate::store::embedding::StoredModel,
     query: &str,
@@ -172,6 +172,14 @@ pub struct Prefetched {
 }
 
 impl Prefetched {
+    /// A context the caller has read already.
+    pub fn read(pipeline_id: Uuid, context: crate::store::pipelines::SearchContext) -> Self {
+        Self {
+            pipeline_id,
+            context: Ok(Some(context)),
+        }
+    }
+
     pub fn pipeline_id(&self) -> Uuid {
         self.pipeline_id
     }
@@ -187,17 +195,6 @@ pub async fn prefetch(state: &AppState, pipeline_id: Uuid) -> Prefetched {
     }
 }
 
-/// [`run`] with the pipeline's context already read (when it was).
-pub async fn run_prefetched(
-    state: &AppState,
-    auth: &AuthContext,
-    pipeline_id: Uuid,
-    input: SearchInput,
-    prefetched: Option<Prefetched>,
-) -> ApiResult<Vec<Value>> {
-    run_inner(state, auth, pipeline_id, input, None, prefetched).await
-}
-
 /// Runs a search on a pipeline the key can read and execute.
 pub async fn run(
     state: &AppState,
@@ -205,22 +202,13 @@ pub async fn run(
     pipeline_id: Uuid,
     input: SearchInput,
 ) -> ApiResult<Vec<Value>> {
-    run_with_query_vector(state, auth, pipeline_id, input, None).await
+    run_with(state, auth, pipeline_id, input, None, None).await
 }
 
-/// [`run`] with the query's embedding already computed: a vector search uses it instead of
-/// embedding the query again when it comes from the model the search selects.
-pub async fn run_with_query_vector(
-    state: &AppState,
-    auth: &AuthContext,
-    pipeline_id: Uuid,
-    input: SearchInput,
-    query_vector: Option<QueryVector>,
-) -> ApiResult<Vec<Value>> {
-    run_inner(state, auth, pipeline_id, input, query_vector, None).await
-}
-
-async fn run_inner(
+/// [`run`] with what the caller has already: the query's embedding (a vector search uses it
+/// instead of embedding the query again when it comes from the model the search selects),
+/// and the pipeline's search context (read ahead; still subject to the permission check).
+pub async fn run_with(
     state: &AppState,
     auth: &AuthContext,
     pipeline_id: Uuid,
