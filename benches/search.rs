@@ -1581,12 +1581,18 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     })
     .await;
     let in_transaction = time_n(rounds, |_| {
-        let NearestPlan { sql, values, .. } = target.statement(probe, false);
+        let NearestPlan {
+            sql,
+            values,
+            ef_search,
+            ..
+        } = target.statement(probe, false);
+        let ef_search = ef_search.unwrap_or(search::SESSION_EF_SEARCH);
         let raw = &raw;
         async move {
             let mut tx = raw.begin().await.expect("begin");
             sqlx::query(SET_CONFIG)
-                .bind(search::SESSION_EF_SEARCH.to_string())
+                .bind(ef_search.to_string())
                 .execute(&mut *tx)
                 .await
                 .expect("set_config");
