@@ -1403,19 +1403,28 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 "index scan settings (statement alone on one connection, session settings; first {} queries):",
                 options.sweep_queries.min(measured.len())
             );
-            println!("    iterative_scan   ef_search   LIMIT   p50 ms   p99 ms   recall@{K}");
-            let mut variants: Vec<(&str, u64)> = options
+            // (iterative scan mode, ef_search, hnsw.max_scan_tuples, hnsw.scan_mem_multiplier);
+            // pgvector's defaults for the last two are 20,000 and 1.
+            let mut variants: Vec<(&str, u64, u64, u64)> = options
                 .sweep
                 .iter()
-                .map(|&ef| ("relaxed_order", u64::from(ef)))
+                .map(|&ef| ("relaxed_order", u64::from(ef), 20_000, 1))
                 .collect();
             let service_ef =
                 search::ef_search_for(target.estimated_rows, search::MIN_FETCH, filtered);
-            variants.extend([("strict_order", service_ef)]);
+            variants.extend([
+                ("strict_order", service_ef, 20_000, 1),
+                ("relaxed_order", service_ef, 100_000, 1),
+                ("relaxed_order", service_ef, 20_000, 8),
+                ("relaxed_order", service_ef, 100_000, 8),
+            ]);
+            println!(
+                "    iterative_scan   ef_search   LIMIT   max_scan_tuples   scan_mem_multiplier   p50 ms   p99 ms   recall@{K}"
+            );
             let mut conn = PgConnection::connect(&url).await.expect("sweep connection");
-            for (mode, ef) in variants {
+            for (mode, ef, tuples, multiplier) in variants {
                 sqlx::raw_sql(AssertSqlSafe(format!(
-                    "SET hnsw.iterative_scan = {mode}; SET hnsw.ef_search = {ef}"
+                    "SET hnsw.iterative_scan = {mode}; SET hnsw.ef_search = {ef}; SET hnsw.max_scan_tuples = {tuples}; SET hnsw.scan_mem_multiplier = {multiplier}"
                 )))
                 .execute(&mut conn)
                 .await
@@ -1434,13 +1443,17 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                     hits_total.0 += tie;
                     hits_total.1 += wanted;
                 }
-                let marker = if ef == service_ef && mode == "relaxed_order" {
+                let marker = if ef == service_ef
+                    && mode == "relaxed_order"
+                    && tuples == 20_000
+                    && multiplier == 1
+                {
                     " (service)"
                 } else {
                     ""
                 };
                 println!(
-                    "    {mode:<14}   {ef:>9}   {limit:>5}   {:>6.3}   {:>6.3}   {:.4}{marker}",
+                    "    {mode:<14}   {ef:>9}   {limit:>5}   {tuples:>15}   {multiplier:>19}   {:>6.3}   {:>6.3}   {:.4}{marker}",
                     pct(&times, 50.0),
                     pct(&times, 99.0),
                     hits_total.0 as f64 / hits_total.1.max(1) as f64
