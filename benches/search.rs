@@ -1255,10 +1255,9 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 .execute(&mut db)
                 .await
                 .expect("analyze");
-            // Statements prepared before the index keep their plan-cache history (after five
-            // executions a generic plan, which cannot use the partial index since
-            // `pipeline_id` is a parameter), so every connection is reopened, as after a
-            // restart.
+            // Every connection is reopened, as after a restart, so that no statement keeps the
+            // plan-cache history of the scenario before (Postgres replans cached plans when an
+            // index is added, but the choice between custom and generic plans remembers).
             raw.close().await;
             raw = trove::store::connect_lazy(&url, 4).expect("raw pool");
             let closed: i64 = sqlx::query_scalar(
@@ -1271,6 +1270,9 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             .fetch_one(&mut db)
             .await
             .expect("reconnect");
+            // The service's pool pings a connection before use only after a second idle
+            // (`store::connect_lazy`); past that, the terminated ones are found and replaced.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
             println!(
                 "metadata index on `tenant` (POST /pipelines/{{id}}/indexes): {:.1} s, then ANALYZE fragments; {closed} service connections closed so that plans are made afresh",
                 created.as_secs_f64()
