@@ -415,3 +415,30 @@ async fn timestamp_offsets_need_an_encoded_plus() {
     let at = crate::helpers::assert_utc_timestamp(&echoed);
     assert_eq!(at.to_rfc3339(), "2023-12-31T23:00:00+00:00");
 }
+
+/// Connections the server closed (as on a restart) are found by the ping a connection gets
+/// before use after a second idle, so requests after that second all succeed.
+#[tokio::test]
+async fn connections_closed_by_the_server_are_replaced_after_a_second_idle() {
+    let app = crate::helpers::spawn_app_without_worker().await;
+    for _ in 0..3 {
+        let reply = app.get("/pipelines").await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+    let closed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (
+             SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND backend_type = 'client backend'
+             OFFSET 0) AS others",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert!(closed > 0, "no service connection was open");
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    for _ in 0..5 {
+        let reply = app.get("/pipelines").await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    }
+}
