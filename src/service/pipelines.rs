@@ -22,6 +22,18 @@ pub fn not_found(id: Uuid) -> ApiError {
     }
 }
 
+/// `Pipeline not found` unless the key holds every bit of `needed` on the pipeline.
+fn permitted(auth: &AuthContext, id: Uuid, needed: AccessLevel) -> ApiResult<()> {
+    if auth
+        .object_level(ObjectType::Pipelines, id)
+        .contains(needed)
+    {
+        Ok(())
+    } else {
+        Err(not_found(id))
+    }
+}
+
 /// Reads a pipeline on which the key holds every bit of `needed`; lacking any bit is
 /// reported as "not found", as for a missing pipeline.
 pub async fn require(
@@ -30,12 +42,7 @@ pub async fn require(
     id: Uuid,
     needed: AccessLevel,
 ) -> ApiResult<PipelineRow> {
-    if !auth
-        .object_level(ObjectType::Pipelines, id)
-        .contains(needed)
-    {
-        return Err(not_found(id));
-    }
+    permitted(auth, id, needed)?;
     store::get(pool, id).await?.ok_or_else(|| not_found(id))
 }
 
@@ -47,12 +54,7 @@ pub async fn require_for_search(
     id: Uuid,
     needed: AccessLevel,
 ) -> ApiResult<store::SearchContext> {
-    if !auth
-        .object_level(ObjectType::Pipelines, id)
-        .contains(needed)
-    {
-        return Err(not_found(id));
-    }
+    permitted(auth, id, needed)?;
     store::search_context(pool, id)
         .await?
         .ok_or_else(|| not_found(id))
@@ -66,12 +68,7 @@ pub fn require_prefetched(
     needed: AccessLevel,
     context: ApiResult<Option<store::SearchContext>>,
 ) -> ApiResult<store::SearchContext> {
-    if !auth
-        .object_level(ObjectType::Pipelines, id)
-        .contains(needed)
-    {
-        return Err(not_found(id));
-    }
+    permitted(auth, id, needed)?;
     context?.ok_or_else(|| not_found(id))
 }
 

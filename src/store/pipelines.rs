@@ -226,25 +226,32 @@ pub async fn search_context(pool: &PgPool, id: Uuid) -> Result<Option<SearchCont
             ),
             Alias::new("ve_estimated_rows"),
         )
-        .expr_as(
-            Expr::cust(
-                "coalesce((SELECT array_agg(c.name ORDER BY c.name) FROM classifications AS c WHERE c.pipeline_id = \"pipelines\".\"id\"), '{}')",
-            ),
-            Alias::new("classification_names"),
-        )
-        .expr_as(
-            Expr::cust(
-                "coalesce((SELECT array_agg(h.classification ORDER BY h.classification, h.inherited) FROM classification_hierarchy AS h WHERE h.pipeline_id = \"pipelines\".\"id\"), '{}')",
-            ),
-            Alias::new("hierarchy_from"),
-        )
-        .expr_as(
-            Expr::cust(
-                "coalesce((SELECT array_agg(h.inherited ORDER BY h.classification, h.inherited) FROM classification_hierarchy AS h WHERE h.pipeline_id = \"pipelines\".\"id\"), '{}')",
-            ),
-            Alias::new("hierarchy_to"),
-        )
         .and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
+    // The classification names, then the hierarchy pairs as two parallel arrays.
+    for (aggregate, source, alias) in [
+        (
+            "c.name ORDER BY c.name",
+            "classifications AS c",
+            "classification_names",
+        ),
+        (
+            "c.classification ORDER BY c.classification, c.inherited",
+            "classification_hierarchy AS c",
+            "hierarchy_from",
+        ),
+        (
+            "c.inherited ORDER BY c.classification, c.inherited",
+            "classification_hierarchy AS c",
+            "hierarchy_to",
+        ),
+    ] {
+        select.expr_as(
+            Expr::cust(format!(
+                "coalesce((SELECT array_agg({aggregate}) FROM {source} WHERE c.pipeline_id = \"pipelines\".\"id\"), '{{}}')"
+            )),
+            Alias::new(alias),
+        );
+    }
     let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
     sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
         .fetch_optional(pool)
