@@ -53,7 +53,9 @@ use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row};
 use trove::config::{Config, QueueNames};
 use trove::providers::hash_embedding::hash_embedding;
-use trove::retrieval::search::{self, DistanceStrategy, NearestPlan, Scope, VectorQuery};
+use trove::retrieval::search::{
+    self, DistanceStrategy, NearestPath, NearestPlan, Scope, VectorQuery,
+};
 use trove::startup::{AppState, Application};
 use trove_query::classification::ClassificationRequest;
 use uuid::Uuid;
@@ -714,6 +716,9 @@ struct Target {
     path: String,
     /// What the service reads as the association's vector count (`pg_class.reltuples`).
     estimated_rows: f64,
+    /// The path the service takes under each tenant's filter (`search::path_for` of the
+    /// planner's estimate), by tenant.
+    filtered_paths: Vec<NearestPath>,
 }
 
 impl Target {
@@ -746,14 +751,62 @@ impl Target {
     }
 
     /// The vector side of the probe's search, as the service builds it.
-    fn vector_query<'a>(&self, probe: &'a Probe) -> VectorQuery<'a> {
+    fn vector_query<'a>(&self, probe: &'a Probe, filtered: bool) -> VectorQuery<'a> {
+        let path = if filtered {
+            self.filtered_paths
+                .get(probe.tenant as usize)
+                .copied()
+                .unwrap_or(NearestPath::Index)
+        } else {
+            NearestPath::Index
+        };
         VectorQuery {
             vector_embedding_id: self.ve_id,
             vector: &probe.vector,
             strategy: DistanceStrategy::Cosine,
             unit_vectors: true,
             estimated_rows: self.estimated_rows,
+            path,
         }
+    }
+
+    /// Chooses the path of every tenant's filtered search as the service does, from the
+    /// planner's current estimates; prints what was chosen.
+    async fn choose_paths(&mut self, pool: &PgPool) {
+        let mut estimates = Vec::with_capacity(TENANTS as usize);
+        for tenant in 0..TENANTS {
+            let probe = Probe {
+                text: String::new(),
+                vector: Vec::new(),
+                tenant,
+            };
+            let scope = Scope {
+                pipeline_id: self.pipeline_id,
+                classifications: &self.classifications,
+                filter: self.condition(&probe, true),
+            };
+            estimates.push(
+                search::estimate_scope_rows(pool, &scope)
+                    .await
+                    .expect("estimate"),
+            );
+        }
+        self.filtered_paths = estimates
+            .iter()
+            .map(|&r| search::path_for(Some(r)))
+            .collect();
+        let exact = self
+            .filtered_paths
+            .iter()
+            .filter(|&&p| p == NearestPath::Exact)
+            .count();
+        let (low, high) = estimates
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+        println!(
+            "path under the tenant filter: exact for {exact} of {TENANTS} tenants (planner's estimate {low:.0}–{high:.0} fragments; exact at ≤ {:.0})",
+            search::EXACT_SCAN_ROWS
+        );
     }
 
     /// The service's statement for the probe (`trove::retrieval::search::nearest_plan`).
@@ -763,8 +816,14 @@ impl Target {
             classifications: &self.classifications,
             filter: self.condition(probe, filtered),
         };
-        search::nearest_plan(&scope, &self.vector_query(probe), None, K as u64, false)
-            .expect("statement")
+        search::nearest_plan(
+            &scope,
+            &self.vector_query(probe, filtered),
+            None,
+            K as u64,
+            false,
+        )
+        .expect("statement")
     }
 
     async fn library(&self, pool: &PgPool, probe: &Probe, filtered: bool) -> Vec<(Uuid, f64)> {
@@ -773,7 +832,7 @@ impl Target {
             classifications: &self.classifications,
             filter: self.condition(probe, filtered),
         };
-        let query = self.vector_query(probe);
+        let query = self.vector_query(probe, filtered);
         search::similarity(pool, &scope, &query, K as u64, None)
             .await
             .expect("library search")
@@ -1030,6 +1089,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         classifications,
         path: format!("/pipelines/{pipeline_id}/search"),
         estimated_rows: 0.0,
+        filtered_paths: Vec::new(),
     };
 
     // Data.
@@ -1176,6 +1236,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         .expect("pipeline")
         .ve_estimated_rows
         .map_or(0.0, f64::from);
+    target.choose_paths(&state.pool).await;
     let settings: Vec<(String, String)> = sqlx::query_as(
         "SELECT name, current_setting(name) FROM unnest(ARRAY['shared_buffers', 'work_mem', 'jit', 'effective_cache_size']) AS name",
     )
@@ -1277,6 +1338,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 "metadata index on `tenant` (POST /pipelines/{{id}}/indexes): {:.1} s, then ANALYZE fragments; {closed} service connections closed so that plans are made afresh",
                 created.as_secs_f64()
             );
+            target.choose_paths(&raw).await;
         }
         // Plan of the statement.
         if let Some(probe) = measured.first() {
@@ -1541,6 +1603,20 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             .expect("search context")
     })
     .await;
+    let estimate = {
+        let scope = Scope {
+            pipeline_id,
+            classifications: &target.classifications,
+            filter: target.condition(probe, true),
+        };
+        let scope = &scope;
+        time_n(rounds, |_| async move {
+            search::estimate_scope_rows(pool, scope)
+                .await
+                .expect("estimate")
+        })
+        .await
+    };
     let embed = time_n(rounds, |i| {
         let text = &measured[i % measured.len()].text;
         async move { hash_embedding(text, DIM) }
@@ -1552,7 +1628,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             classifications: &target.classifications,
             filter: None,
         };
-        let query = target.vector_query(probe);
+        let query = target.vector_query(probe, false);
         search::similarity(pool, &scope, &query, K as u64, None)
             .await
             .expect("hits")
@@ -1642,6 +1718,10 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             &unauthenticated,
         ),
         ("  key check: key and permissions (1 read)", &key_check),
+        (
+            "  under a filter or some classifications: the planner's estimate of the fragments passing (EXPLAIN), beside embedding",
+            &estimate,
+        ),
         (
             "  search context: pipeline, model, classifications, vector count (1 read)",
             &context_read,

@@ -136,6 +136,55 @@ pub struct VectorQuery<'a> {
     /// The planner's estimate of the association's vector count (`pg_class.reltuples`; 0 or
     /// negative when unknown).
     pub estimated_rows: f64,
+    /// How the statement finds its rows (see [`path_for`]).
+    pub path: NearestPath,
+}
+
+/// How a nearest-neighbour statement finds its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NearestPath {
+    /// Through the association's HNSW index: approximate, with iterative scans that keep
+    /// walking the graph until enough rows pass the scope's conditions.
+    Index,
+    /// The distance of every fragment the scope admits, sorted: exact, and the faster path
+    /// when the scope admits few fragments.
+    Exact,
+}
+
+/// Fragments a scope may admit, by the planner's estimate, for a search to take the exact
+/// path. An HNSW walk under a selective condition visits many vectors that fail it and loses
+/// recall: on the search benchmark (1,000,000 fragments, a 1 % filter) the walk returned
+/// recall@5 0.92 in 136 ms whatever its candidate list, the exact path 1.0 in less time.
+pub const EXACT_SCAN_ROWS: f64 = 20_000.0;
+
+/// The path for a scope that admits `scope_rows` fragments by the planner's estimate (`None`
+/// when the scope restricts nothing beyond the association).
+pub fn path_for(scope_rows: Option<f64>) -> NearestPath {
+    match scope_rows {
+        Some(rows) if rows <= EXACT_SCAN_ROWS => NearestPath::Exact,
+        _ => NearestPath::Index,
+    }
+}
+
+/// The planner's estimate of the fragments a scope admits: `EXPLAIN` of the scope's
+/// conditions alone, planned with the bound values (so statistics on a metadata index's
+/// expression apply).
+pub async fn estimate_scope_rows(pool: &PgPool, scope: &Scope<'_>) -> Result<f64, sqlx::Error> {
+    let mut select = scoped_select(scope);
+    select.clear_selects().expr(Expr::val(1));
+    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    let (plan,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
+        AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {sql}")),
+        values,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(plan_rows(&plan.0).unwrap_or(f64::INFINITY))
+}
+
+/// `Plan Rows` of the top node of an `EXPLAIN (FORMAT JSON)` document.
+fn plan_rows(plan: &Value) -> Option<f64> {
+    plan.get(0)?.get("Plan")?.get("Plan Rows")?.as_f64()
 }
 
 /// Rows a nearest-neighbour statement fetches at least. With `relaxed_order`, rows that pass a
@@ -219,7 +268,14 @@ pub fn nearest_plan(
         format!("\"v\".\"embedding\" {operator} $1::vector"),
         [literal.clone()],
     );
-    let order = if order_operator == operator {
+    let exact = query.path == NearestPath::Exact;
+    let order = if exact {
+        // Not an operator the index orders by, so the planner cannot walk the index.
+        Expr::cust_with_values(
+            format!("(\"v\".\"embedding\" {operator} $1::vector) + 0"),
+            [literal],
+        )
+    } else if order_operator == operator {
         distance.clone()
     } else {
         Expr::cust_with_values(
@@ -253,7 +309,7 @@ pub fn nearest_plan(
     Ok(NearestPlan {
         sql,
         values,
-        ef_search: (ef != SESSION_EF_SEARCH).then_some(ef),
+        ef_search: (ef != SESSION_EF_SEARCH && !exact).then_some(ef),
         fetch,
     })
 }
@@ -434,6 +490,7 @@ mod tests {
             strategy,
             unit_vectors,
             estimated_rows: 0.0,
+            path: NearestPath::Index,
         };
         nearest_plan(&scope, &query, Some(0.5), 5, false).map(|plan| (plan.sql, plan.values))
     }
@@ -511,6 +568,7 @@ mod tests {
                 strategy: DistanceStrategy::Cosine,
                 unit_vectors: true,
                 estimated_rows: rows,
+                path: NearestPath::Index,
             };
             nearest_plan(&scope, &query, None, limit, false).expect("plan")
         };
@@ -523,6 +581,58 @@ mod tests {
             (large_table.fetch, large_table.ef_search),
             (MIN_FETCH, Some(398))
         );
+    }
+
+    #[test]
+    fn scopes_the_planner_expects_few_fragments_in_are_searched_exactly() {
+        assert_eq!(path_for(None), NearestPath::Index);
+        assert_eq!(path_for(Some(0.0)), NearestPath::Exact);
+        assert_eq!(path_for(Some(EXACT_SCAN_ROWS)), NearestPath::Exact);
+        assert_eq!(path_for(Some(EXACT_SCAN_ROWS + 1.0)), NearestPath::Index);
+        assert_eq!(path_for(Some(f64::INFINITY)), NearestPath::Index);
+    }
+
+    #[test]
+    fn the_exact_path_orders_by_an_expression_the_index_cannot_serve() {
+        let classifications = ["public".to_owned()];
+        let scope = Scope {
+            pipeline_id: Uuid::nil(),
+            classifications: &classifications,
+            filter: None,
+        };
+        for (strategy, unit_vectors, operator) in [
+            (DistanceStrategy::Cosine, true, "<=>"),
+            (DistanceStrategy::EuclideanDistance, true, "<->"),
+            (DistanceStrategy::DotProduct, false, "<#>"),
+        ] {
+            let query = VectorQuery {
+                vector_embedding_id: Uuid::nil(),
+                vector: &[0.6, 0.8],
+                strategy,
+                unit_vectors,
+                estimated_rows: 1_000_000.0,
+                path: NearestPath::Exact,
+            };
+            let plan = nearest_plan(&scope, &query, None, 5, false).expect("plan");
+            let (_, order) = plan.sql.split_once("ORDER BY").expect("ordered");
+            assert!(
+                order.contains(&format!("(\"v\".\"embedding\" {operator} $"))
+                    && order.contains("::vector) + 0 ASC"),
+                "{}",
+                plan.sql
+            );
+            // No candidate list to set: the index is not walked.
+            assert_eq!(plan.ef_search, None);
+            assert_eq!(plan.fetch, MIN_FETCH);
+        }
+    }
+
+    #[test]
+    fn the_estimate_is_the_top_plan_node_rows() {
+        let plan = serde_json::json!([{"Plan": {"Node Type": "Seq Scan", "Plan Rows": 1234, "Plans": []}}]);
+        assert_eq!(plan_rows(&plan), Some(1234.0));
+        assert_eq!(plan_rows(&serde_json::json!([])), None);
+        assert_eq!(plan_rows(&serde_json::json!({"Plan": {}})), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::auth::{AccessLevel, AuthContext};
 use crate::error::{ApiError, ApiResult};
-use crate::retrieval::search::{self, DistanceStrategy, Hit, Scope, VectorQuery};
+use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, VectorQuery};
 use crate::startup::AppState;
 use crate::store::pipelines::PipelineRow;
 
@@ -286,10 +286,30 @@ pub async fn run_with(
             }
             None => None,
         };
-        ApiResult::Ok((classifications, filter))
+        // A vector search under a filter, or over some of the pipeline's classifications,
+        // takes the exact path when the planner expects few fragments to pass.
+        let restricted =
+            filter.is_some() || classifications.len() < context.classification_names.len();
+        let path = if wants_vector
+            && matches!(vector_target, Some(Ok(_)))
+            && restricted
+            && !classifications.is_empty()
+        {
+            let scope = Scope {
+                pipeline_id,
+                classifications: &classifications,
+                filter: filter.clone(),
+            };
+            search::path_for(Some(
+                search::estimate_scope_rows(&state.pool, &scope).await?,
+            ))
+        } else {
+            NearestPath::Index
+        };
+        ApiResult::Ok((classifications, filter, path))
     };
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
-    let (classifications, filter) = scope_parts?;
+    let (classifications, filter, path) = scope_parts?;
     if classifications.is_empty() {
         return Ok(Vec::new());
     }
@@ -318,6 +338,7 @@ pub async fn run_with(
                 unit_vectors: strategy == DistanceStrategy::Cosine
                     || context.ve_unit_vectors.unwrap_or(false),
                 estimated_rows: context.ve_estimated_rows.map_or(0.0, f64::from),
+                path,
             };
             if input.kind == SearchKind::Similarity {
                 search::similarity(&state.pool, &scope, &query, params.k, params.threshold).await?

@@ -621,3 +621,135 @@ async fn every_connection_searches_with_iterative_scans() {
     assert_eq!(scan, "relaxed_order");
     assert_eq!(ef, trove::retrieval::search::SESSION_EF_SEARCH.to_string());
 }
+
+/// A search whose scope the planner expects few fragments in (here a metadata filter)
+/// computes the distance of every admitted fragment instead of walking the HNSW index: the
+/// results are the exact ranking, and the statement's plan never reads the index, while the
+/// same statement on the index path does.
+#[tokio::test]
+async fn selective_scopes_are_searched_exactly() {
+    use trove::retrieval::search::{self, DistanceStrategy, NearestPath, Scope, VectorQuery};
+
+    let (app, pid) = searchable_app().await;
+    let pipeline = app.get(&format!("/pipelines/{pid}")).await;
+    assert_eq!(pipeline.status, StatusCode::OK, "{}", pipeline.text);
+    let ve = uuid::Uuid::parse_str(
+        pipeline.body["default_vector_embedding_id"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let table = trove::store::vectors::table_name(ve);
+    let model = app.get("/embedding-models?name=default").await.body["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = "cats sleeping in the sun";
+    let embedded = app
+        .post(
+            &format!("/embedding-models/{model}/query"),
+            &json!({"text": text}),
+        )
+        .await;
+    assert_eq!(embedded.status, StatusCode::OK, "{}", embedded.text);
+    let vector: Vec<f32> = embedded.body["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+
+    // Through the interface: the exact ranking under the filter, with exact scores.
+    let filter = json!({"year": {"$ge": 2021}});
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": text, "type": "similarity", "classification": "restricted",
+        "params": {"k": 3}, "filters": filter}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let literal = format!(
+        "[{}]",
+        vector
+            .iter()
+            .map(f32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let expected: Vec<(String, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT f.metadata->>'name', v.embedding <=> $1::vector
+         FROM fragments f JOIN {table} v ON v.fragment_id = f.id
+         WHERE f.pipeline_id = $2 AND (f.metadata->>'year')::bigint >= 2021
+         ORDER BY 2, 1 LIMIT 3"
+    )))
+    .bind(&literal)
+    .bind(uuid::Uuid::parse_str(&pid).unwrap())
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        names(&reply),
+        expected.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()
+    );
+    for (got, (_, want)) in scores(&reply).iter().zip(&expected) {
+        assert!((got - want).abs() < 1e-6, "score {got} != {want}");
+    }
+
+    // The choice: the planner's estimate of the admitted fragments is small, so the path is
+    // exact.
+    let schema = json!({"type": "object", "properties": {"year": {"type": "integer"}, "name": {"type": "string"}}});
+    let typed =
+        trove_query::filter::validate(&serde_json::from_value(filter).unwrap(), &schema).unwrap();
+    let classifications = ["public", "internal", "restricted"].map(str::to_owned);
+    let scope = Scope {
+        pipeline_id: uuid::Uuid::parse_str(&pid).unwrap(),
+        classifications: &classifications,
+        filter: Some(trove_query::filter::compile(
+            &typed,
+            "fragments",
+            &trove_query::filter::TeqExpansions::new(),
+        )),
+    };
+    let rows = search::estimate_scope_rows(&app.state.pool, &scope)
+        .await
+        .unwrap();
+    assert!(rows <= search::EXACT_SCAN_ROWS, "estimate {rows}");
+    assert_eq!(search::path_for(Some(rows)), NearestPath::Exact);
+
+    // The plans: with sorts disabled (so a planner that can walk the index does, even on six
+    // rows), the index path reads the HNSW index and the exact path still does not.
+    let mut conn = app.state.pool.acquire().await.unwrap();
+    sqlx::query("SET enable_sort = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for (path, uses_index) in [(NearestPath::Index, true), (NearestPath::Exact, false)] {
+        let query = VectorQuery {
+            vector_embedding_id: ve,
+            vector: &vector,
+            strategy: DistanceStrategy::Cosine,
+            unit_vectors: true,
+            estimated_rows: 6.0,
+            path,
+        };
+        let plan = search::nearest_plan(&scope, &query, None, 3, false).unwrap();
+        let (explained,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
+            sqlx::AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {}", plan.sql)),
+            plan.values,
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        let explained = explained.0.to_string();
+        assert_eq!(
+            explained.contains(&format!("{table}_hnsw")),
+            uses_index,
+            "{path:?}: {explained}"
+        );
+    }
+    sqlx::query("RESET enable_sort")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
