@@ -64,7 +64,8 @@ struct Delivery {
 struct Prepared {
     job: Job,
     expired_at: Option<chrono::DateTime<chrono::Utc>>,
-    expire_older_versions: bool,
+    /// The version asks to expire older versions and the document has some.
+    expires_older: bool,
     classification: String,
     metadata: Value,
     fragments: Vec<String>,
@@ -80,6 +81,7 @@ struct PendingVersion {
     text_splitter_id: Option<Uuid>,
     expired_at: Option<chrono::DateTime<chrono::Utc>>,
     expire_older_versions: bool,
+    has_older: bool,
     text: Option<Vec<u8>>,
 }
 
@@ -269,7 +271,9 @@ impl Worker {
             .unzip();
         let rows: Vec<PendingVersion> = sqlx::query_as(
             "SELECT d.id, d.version, d.status, d.classification, d.metadata, d.text_splitter_id, d.expired_at,
-                    d.expire_older_versions, t.text
+                    d.expire_older_versions,
+                    EXISTS (SELECT 1 FROM documents o WHERE o.id = d.id AND o.version < d.version) AS has_older,
+                    t.text
              FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
              JOIN documents d ON d.id = j.id AND d.version = j.version
              LEFT JOIN document_texts t ON t.document_id = d.id AND t.version = d.version",
@@ -328,7 +332,8 @@ impl Worker {
             prepared.push(Prepared {
                 job,
                 expired_at: version.expired_at,
-                expire_older_versions: version.expire_older_versions,
+                // Versions only grow, so a version without older ones when read never gets any.
+                expires_older: version.expire_older_versions && version.has_older,
                 classification: version.classification,
                 metadata: version.metadata,
                 fragments: Vec::new(),
@@ -543,7 +548,7 @@ impl Worker {
         let (expiring_ids, expiring_versions): (Vec<Uuid>, Vec<i64>) = prepared
             .iter()
             .zip(&stored)
-            .filter(|(p, keep)| **keep && p.expire_older_versions)
+            .filter(|(p, keep)| **keep && p.expires_older)
             .map(|(p, _)| (p.job.document_id, p.job.version))
             .unzip();
         if !expiring_ids.is_empty() {

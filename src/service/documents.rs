@@ -65,11 +65,12 @@ pub async fn submit(
     input: NewDocument,
 ) -> ApiResult<VersionRow> {
     let pool = &state.pool;
-    let pipeline = pipeline_for_write(state, auth, pipeline_id).await?;
-    let (declared, _) = pipelines_store::classifications(pool, pipeline_id).await?;
-    if !declared.contains(&input.classification)
-        || !allowed(auth, pipeline_id, &input.classification)
-    {
+    let (metadata_schema, declared) =
+        pipelines_store::submission_context(pool, pipeline_id, &input.classification)
+            .await?
+            .ok_or_else(|| super::pipelines::not_found(pipeline_id))?;
+    auth.require_object(ObjectType::Pipelines, pipeline_id, AccessLevel::WRITE)?;
+    if !declared || !allowed(auth, pipeline_id, &input.classification) {
         return Err(ApiError::NotFound {
             message: "Classification not found",
             id: None,
@@ -104,7 +105,7 @@ pub async fn submit(
     if !input.metadata.is_object() {
         return Err(ApiError::InvalidMetadata(serde_json::Map::new()));
     }
-    metadata_schema::validate_metadata(&pipeline.metadata_schema, &input.metadata)?;
+    metadata_schema::validate_metadata(&metadata_schema, &input.metadata)?;
     if let Some((_, classification, _)) = &existing
         && *classification != input.classification
     {

@@ -80,16 +80,22 @@ pub struct NewVersion<'a> {
     pub encrypted_text: &'a [u8],
 }
 
-/// Inserts a `pending` version and its encrypted text.
+/// Inserts a `pending` version and its encrypted text (one statement).
 pub async fn insert(
     conn: &mut PgConnection,
     v: &NewVersion<'_>,
 ) -> Result<VersionRow, sqlx::Error> {
-    let row: VersionRow = sqlx::query_as(concat!(
-        "INSERT INTO documents (id, version, pipeline_id, external_identifier, classification, metadata, status,
-             text_splitter_id, expire_older_versions, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $9) RETURNING ",
-        version_columns!()
+    sqlx::query_as(concat!(
+        "WITH d AS (
+           INSERT INTO documents (id, version, pipeline_id, external_identifier, classification, metadata, status,
+               text_splitter_id, expire_older_versions, created_at, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $9) RETURNING ",
+        version_columns!(),
+        "), t AS (
+           INSERT INTO document_texts (document_id, version, text) SELECT id, version, $10 FROM d)
+         SELECT ",
+        version_columns!(),
+        " FROM d"
     ))
     .bind(v.id)
     .bind(v.version)
@@ -100,15 +106,9 @@ pub async fn insert(
     .bind(v.text_splitter_id)
     .bind(v.expire_older_versions)
     .bind(v.created_at)
+    .bind(v.encrypted_text)
     .fetch_one(&mut *conn)
-    .await?;
-    sqlx::query("INSERT INTO document_texts (document_id, version, text) VALUES ($1, $2, $3)")
-        .bind(v.id)
-        .bind(v.version)
-        .bind(v.encrypted_text)
-        .execute(&mut *conn)
-        .await?;
-    Ok(row)
+    .await
 }
 
 /// Marks a version `failed` (its job could not be queued) and drops its raw text.

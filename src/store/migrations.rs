@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "metadata_index_keys",
         sql: include_str!("../../migrations/0005_metadata_index_keys.sql"),
     },
+    Migration {
+        version: 6,
+        name: "inline_document_texts",
+        sql: include_str!("../../migrations/0006_inline_document_texts.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -156,6 +156,25 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<PipelineRow>, sqlx::E
         .await
 }
 
+/// What a document submission reads of its pipeline, in one statement: the metadata schema,
+/// and whether `classification` is one of the pipeline's classifications. `None` when the
+/// pipeline does not exist.
+pub async fn submission_context(
+    pool: &PgPool,
+    id: Uuid,
+    classification: &str,
+) -> Result<Option<(Value, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT p.metadata_schema,
+                EXISTS (SELECT 1 FROM classifications c WHERE c.pipeline_id = p.id AND c.name = $2)
+         FROM pipelines p WHERE p.id = $1",
+    )
+    .bind(id)
+    .bind(classification)
+    .fetch_optional(pool)
+    .await
+}
+
 /// What a search reads of its pipeline, in one statement: the pipeline with its association
 /// and model, the model's encrypted secret parameters, whether every stored vector has unit
 /// length, the planner's estimate of the association's vector count, and the classifications
