@@ -88,7 +88,19 @@ async fn main() {
             std::env::var("TROVE_MODELS_DIR").unwrap_or_default(),
         ),
     ]);
-    let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("config");
+    // The index build parameters come from the environment, as for the service.
+    let mut config = Config::from_lookup(|k| {
+        env.get(k).cloned().or_else(|| {
+            k.starts_with("TROVE_HNSW_")
+                .then(|| std::env::var(k).ok())?
+        })
+    })
+    .expect("config");
+    println!(
+        "HNSW index: m = {}, ef_construction = {}",
+        config.hnsw.m(),
+        config.hnsw.ef_construction()
+    );
     let tag = Uuid::new_v4().simple().to_string();
     config.queue = QueueNames {
         stream: format!("BENCH_{tag}"),

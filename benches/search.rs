@@ -998,7 +998,14 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
         ("TROVE_LOG", "warn".to_owned()),
     ]);
-    let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("config");
+    // The index build parameters come from the environment, as for the service.
+    let mut config = Config::from_lookup(|k| {
+        env.get(k).cloned().or_else(|| {
+            k.starts_with("TROVE_HNSW_")
+                .then(|| std::env::var(k).ok())?
+        })
+    })
+    .expect("config");
     let tag = Uuid::new_v4().simple().to_string();
     let stream = format!("BENCH_{tag}");
     config.queue = QueueNames {
@@ -1192,7 +1199,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     }
     println!("VACUUM (ANALYZE): {:.1} s", started.elapsed().as_secs_f64());
 
-    // HNSW build: the DDL of src/store/vectors.rs, in memory.
+    // HNSW build: the service's DDL and parameters (TROVE_HNSW_M, TROVE_HNSW_EF_CONSTRUCTION), in memory.
     let mwm_mb: u64 = options
         .maintenance_work_mem_mb
         .unwrap_or_else(|| Ord::max((n as u64 * 4096) >> 20, 256));
@@ -1205,13 +1212,16 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     .expect("session settings");
     wait_quiet(options.wait_quiet).await;
     println!(
-        "HNSW build: maintenance_work_mem = {mwm_mb} MB, max_parallel_maintenance_workers = {} (load average {})",
+        "HNSW build: m = {}, ef_construction = {}, maintenance_work_mem = {mwm_mb} MB, max_parallel_maintenance_workers = {} (load average {})",
+        state.config.hnsw.m(),
+        state.config.hnsw.ef_construction(),
         options.parallel_workers,
         load_average()
     );
     let started = Instant::now();
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops);"
+    sqlx::raw_sql(AssertSqlSafe(trove::store::vectors::hnsw_index_sql(
+        &table,
+        state.config.hnsw,
     )))
     .execute(&mut db)
     .await

@@ -11,6 +11,7 @@ use base64::Engine;
 use uuid::Uuid;
 
 use crate::auth::license::License;
+use crate::store::vectors::HnswParams;
 
 /// A value that must never reach logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -101,6 +102,9 @@ pub struct Config {
     pub log_filter: String,
     pub log_format: LogFormat,
     pub queue: QueueNames,
+    /// Build parameters of the HNSW index of associations created from now on
+    /// (`TROVE_HNSW_M`, `TROVE_HNSW_EF_CONSTRUCTION`).
+    pub hnsw: HnswParams,
 }
 
 /// A configuration error: names the variable and what is wrong.
@@ -204,6 +208,28 @@ impl Config {
                 "0.0.0.0:9090",
             )?),
         };
+        let hnsw = {
+            let number = |variable: &'static str, default: u32| match get(variable) {
+                None => Ok(default),
+                Some(value) => value
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| err(variable, format!("expected a whole number, got {value:?}"))),
+            };
+            let m = number("TROVE_HNSW_M", HnswParams::DEFAULT.m())?;
+            let ef_construction = number(
+                "TROVE_HNSW_EF_CONSTRUCTION",
+                HnswParams::DEFAULT.ef_construction(),
+            )?;
+            HnswParams::new(m, ef_construction).map_err(|reason| {
+                let variable = if (2..=100).contains(&m) {
+                    "TROVE_HNSW_EF_CONSTRUCTION"
+                } else {
+                    "TROVE_HNSW_M"
+                };
+                err(variable, reason)
+            })?
+        };
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -252,6 +278,7 @@ impl Config {
             log_filter: get("TROVE_LOG").unwrap_or_else(|| "info".to_owned()),
             log_format,
             queue: QueueNames::default(),
+            hnsw,
         })
     }
 }
@@ -316,6 +343,33 @@ mod tests {
         assert!(c.run_worker);
         assert!(c.master_key.is_none());
         assert_eq!(format!("{:?}", c.database_url), "Secret(***)");
+    }
+
+    #[test]
+    fn index_parameters_are_checked() {
+        let base = [
+            ("TROVE_DATABASE_URL", "postgres://x"),
+            ("TROVE_SECRET", SECRET),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            Config::from_lookup(lookup(&pairs))
+        };
+        assert_eq!(with(&[]).unwrap().hnsw, HnswParams::DEFAULT);
+        let c = with(&[("TROVE_HNSW_M", "12"), ("TROVE_HNSW_EF_CONSTRUCTION", "40")]).unwrap();
+        assert_eq!((c.hnsw.m(), c.hnsw.ef_construction()), (12, 40));
+        for (pairs, variable) in [
+            (&[("TROVE_HNSW_M", "x")][..], "TROVE_HNSW_M"),
+            (&[("TROVE_HNSW_M", "200")][..], "TROVE_HNSW_M"),
+            (
+                &[("TROVE_HNSW_EF_CONSTRUCTION", "-1")][..],
+                "TROVE_HNSW_EF_CONSTRUCTION",
+            ),
+            (&[("TROVE_HNSW_M", "40")][..], "TROVE_HNSW_EF_CONSTRUCTION"),
+        ] {
+            assert_eq!(with(pairs).unwrap_err().variable, variable, "{pairs:?}");
+        }
     }
 
     #[test]

@@ -232,7 +232,14 @@ impl PipelinesApi {
             hierarchy: pairs(body.hierarchy),
             metadata_schema: body.metadata_schema,
         };
-        let row = service::create(&state.pool, &state.config.license, &auth.0, input).await?;
+        let row = service::create(
+            &state.pool,
+            &state.config.license,
+            state.config.hnsw,
+            &auth.0,
+            input,
+        )
+        .await?;
         Ok(Created(PipelineOut(row)))
     }
 

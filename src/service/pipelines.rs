@@ -101,6 +101,7 @@ async fn require_text_splitter(pool: &PgPool, auth: &AuthContext, id: Uuid) -> A
 pub async fn create(
     pool: &PgPool,
     license: &License,
+    index: vectors::HnswParams,
     auth: &AuthContext,
     input: NewPipelineInput,
 ) -> ApiResult<PipelineRow> {
@@ -153,7 +154,7 @@ pub async fn create(
         let vector_embedding_id = Uuid::new_v4();
         store::insert_vector_embedding(&mut tx, vector_embedding_id, id, model_id, dimensions)
             .await?;
-        vectors::create_table(&mut tx, vector_embedding_id, dimensions).await?;
+        vectors::create_table(&mut tx, vector_embedding_id, dimensions, index).await?;
     }
     tx.commit().await?;
     store::get(pool, id).await?.ok_or_else(|| not_found(id))

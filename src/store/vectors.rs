@@ -13,11 +13,68 @@ pub fn table_name(vector_embedding_id: Uuid) -> String {
     format!("vectors_{}", vector_embedding_id.simple())
 }
 
-/// Creates the table and its HNSW index (cosine distance, the default strategy).
+/// The build parameters of an association's HNSW index: `m`, the links a vector keeps per
+/// layer (twice that on the bottom layer), and `ef_construction`, the candidate list searched
+/// to choose them. Larger values give a better graph (higher recall at the same search cost)
+/// and cost more per stored vector; they are fixed when the index is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HnswParams {
+    m: u32,
+    ef_construction: u32,
+}
+
+impl HnswParams {
+    /// pgvector's defaults.
+    pub const DEFAULT: Self = Self {
+        m: 16,
+        ef_construction: 64,
+    };
+
+    /// Checked parameters: `m` 2–100, `ef_construction` 4–1000 and at least `2 × m`
+    /// (pgvector's own bounds).
+    pub fn new(m: u32, ef_construction: u32) -> Result<Self, String> {
+        if !(2..=100).contains(&m) {
+            return Err(format!("m must be from 2 to 100, got {m}"));
+        }
+        if !(4..=1000).contains(&ef_construction) || ef_construction < 2 * m {
+            return Err(format!(
+                "ef_construction must be from 4 to 1000 and at least 2 × m ({}), got {ef_construction}",
+                2 * m
+            ));
+        }
+        Ok(Self { m, ef_construction })
+    }
+
+    pub fn m(self) -> u32 {
+        self.m
+    }
+
+    pub fn ef_construction(self) -> u32 {
+        self.ef_construction
+    }
+}
+
+impl Default for HnswParams {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The DDL of an association's HNSW index (cosine distance, the default strategy) on `table`.
+pub fn hnsw_index_sql(table: &str, params: HnswParams) -> String {
+    format!(
+        "CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) \
+         WITH (m = {}, ef_construction = {})",
+        params.m, params.ef_construction
+    )
+}
+
+/// Creates the table and its HNSW index.
 pub async fn create_table(
     conn: &mut PgConnection,
     vector_embedding_id: Uuid,
     dimensions: i32,
+    index: HnswParams,
 ) -> Result<(), sqlx::Error> {
     debug_assert!(
         (1..=2000).contains(&dimensions),
@@ -30,7 +87,8 @@ pub async fn create_table(
             fragment_id uuid PRIMARY KEY REFERENCES fragments (id) ON DELETE CASCADE,
             embedding   vector({dimensions}) NOT NULL
         );
-        CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops);"
+        {};",
+        hnsw_index_sql(&table, index)
     )))
     .execute(conn)
     .await?;
@@ -104,8 +162,25 @@ pub async fn insert(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::all_unit;
+    use super::{HnswParams, all_unit, hnsw_index_sql};
+
+    #[test]
+    fn index_parameters_keep_to_pgvector_bounds() {
+        assert_eq!(HnswParams::new(16, 64), Ok(HnswParams::DEFAULT));
+        assert!(HnswParams::new(8, 16).is_ok());
+        assert!(HnswParams::new(1, 64).is_err());
+        assert!(HnswParams::new(101, 1000).is_err());
+        assert!(HnswParams::new(16, 31).is_err());
+        assert!(HnswParams::new(2, 3).is_err());
+        assert!(HnswParams::new(16, 1001).is_err());
+        assert_eq!(
+            hnsw_index_sql("vectors_x", HnswParams::new(12, 40).unwrap()),
+            "CREATE INDEX vectors_x_hnsw ON vectors_x USING hnsw (embedding vector_cosine_ops) \
+             WITH (m = 12, ef_construction = 40)"
+        );
+    }
 
     #[test]
     fn unit_length_is_checked_per_vector() {
