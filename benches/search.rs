@@ -520,13 +520,13 @@ async fn floor_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
 
 /// The statement with index scans disabled: an exact scan.
 async fn exact_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
-    let NearestPlan { sql, values, .. } = plan;
+    let NearestPlan { sql, arguments, .. } = plan;
     let mut tx = pool.begin().await.expect("begin");
     sqlx::query("SET LOCAL enable_indexscan = off")
         .execute(&mut *tx)
         .await
         .expect("set");
-    let rows = sqlx::query_with(AssertSqlSafe(sql), values)
+    let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
         .fetch_all(&mut *tx)
         .await
         .expect("search statement");
@@ -536,8 +536,8 @@ async fn exact_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
 
 /// The statement alone on a connection whose session settings the caller chose.
 async fn session_search(conn: &mut PgConnection, plan: NearestPlan) -> Vec<(Uuid, f64)> {
-    let NearestPlan { sql, values, .. } = plan;
-    let rows = sqlx::query_with(AssertSqlSafe(sql), values)
+    let NearestPlan { sql, arguments, .. } = plan;
+    let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
         .fetch_all(conn)
         .await
         .expect("search statement");
@@ -1372,7 +1372,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             }
             let plan: Vec<String> = sqlx::query_scalar_with(
                 AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {}", plan.sql)),
-                plan.values,
+                plan.arguments,
             )
             .fetch_all(&mut *tx)
             .await
@@ -1681,10 +1681,17 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         async move { floor_search(raw, plan).await }
     })
     .await;
+    let building = time_n(rounds, |_| {
+        let plan = target.statement(probe, false);
+        async move { plan }
+    })
+    .await;
+    let library_call = time_n(rounds, |_| target.library(pool, probe, false)).await;
+    let library_on_raw = time_n(rounds, |_| target.library(&raw, probe, false)).await;
     let in_transaction = time_n(rounds, |_| {
         let NearestPlan {
             sql,
-            values,
+            arguments,
             ef_search,
             ..
         } = target.statement(probe, false);
@@ -1697,7 +1704,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 .execute(&mut *tx)
                 .await
                 .expect("set_config");
-            let rows = sqlx::query_with(AssertSqlSafe(sql), values)
+            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
                 .fetch_all(&mut *tx)
                 .await
                 .expect("select");
@@ -1742,9 +1749,18 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             &statement_alone,
         ),
         (
+            "  building it (nearest_plan: SQL text and bound values)",
+            &building,
+        ),
+        (
             "  same in a transaction with set_config (BEGIN, set_config, SELECT, COMMIT)",
             &in_transaction,
         ),
+        (
+            "library call: retrieval::search::similarity on the service's pool (builds, runs, decodes)",
+            &library_call,
+        ),
+        ("  same on the raw statement's pool", &library_on_raw),
         ("decrypt 5 hits + result JSON", &respond),
     ];
     for (name, samples) in rows {

@@ -9,7 +9,8 @@ use sea_query::{
 };
 use sea_query_sqlx::SqlxBinder;
 use serde_json::Value;
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments, AssertSqlSafe, IntoArguments, PgPool};
 use uuid::Uuid;
 
 use super::mmr::{self, Similarity};
@@ -110,19 +111,10 @@ fn scoped_select(scope: &Scope<'_>) -> SelectStatement {
     select
 }
 
-/// The text form pgvector parses: `[0.1,0.2,…]`.
-fn vector_literal(vector: &[f32]) -> String {
-    let mut text = String::with_capacity(vector.len() * 10 + 2);
-    text.push('[');
-    for (i, x) in vector.iter().enumerate() {
-        if i > 0 {
-            text.push(',');
-        }
-        text.push_str(&x.to_string());
-    }
-    text.push(']');
-    text
-}
+/// Where a nearest-neighbour statement refers to the query vector while sea-query builds it;
+/// replaced by the vector's own placeholder, numbered after sea-query's values (see
+/// [`nearest_plan`]). Not SQL, so a statement still holding it fails instead of running.
+const QUERY_VECTOR: &str = "__trove_query_vector__";
 
 /// The vector side of a search: which association's vectors, the query's vector, how
 /// distance is measured, and what the search knows of the stored vectors.
@@ -232,11 +224,12 @@ pub fn ef_search_for(rows: f64, fetch: u64, filtered: bool) -> u64 {
     Ord::max(Ord::max(scaled, fetch), floor).clamp(SESSION_EF_SEARCH, MAX_EF_SEARCH)
 }
 
-/// A nearest-neighbour statement ready to run: the statement, and the `hnsw.ef_search` it
-/// needs when that differs from the session's [`SESSION_EF_SEARCH`].
+/// A nearest-neighbour statement ready to run: the statement with its arguments (the query
+/// vector, bound once as a `vector`, is the last), and the `hnsw.ef_search` it needs when that
+/// differs from the session's [`SESSION_EF_SEARCH`].
 pub struct NearestPlan {
     pub sql: String,
-    pub values: sea_query_sqlx::SqlxValues,
+    pub arguments: PgArguments,
     pub ef_search: Option<u64>,
     /// Rows the statement returns at most (its LIMIT); the caller keeps the first `limit`
     /// after sorting.
@@ -261,27 +254,21 @@ pub fn nearest_plan(
     let fetch = Ord::max(limit, MIN_FETCH);
     let table = Alias::new(crate::store::vectors::table_name(query.vector_embedding_id));
     let v = Alias::new("v");
-    // The operators are fixed strings; the vector is a bound parameter (used twice when the
-    // order and the score differ).
-    let literal = vector_literal(query.vector);
-    let distance = Expr::cust_with_values(
-        format!("\"v\".\"embedding\" {operator} $1::vector"),
-        [literal.clone()],
-    );
+    // The operators are fixed strings; the vector is one bound parameter, however many
+    // expressions use it.
+    let distance = Expr::cust(format!("\"v\".\"embedding\" {operator} {QUERY_VECTOR}"));
     let exact = query.path == NearestPath::Exact;
     let order = if exact {
         // Not an operator the index orders by, so the planner cannot walk the index.
-        Expr::cust_with_values(
-            format!("(\"v\".\"embedding\" {operator} $1::vector) + 0"),
-            [literal],
-        )
+        Expr::cust(format!(
+            "(\"v\".\"embedding\" {operator} {QUERY_VECTOR}) + 0"
+        ))
     } else if order_operator == operator {
         distance.clone()
     } else {
-        Expr::cust_with_values(
-            format!("\"v\".\"embedding\" {order_operator} $1::vector"),
-            [literal],
-        )
+        Expr::cust(format!(
+            "\"v\".\"embedding\" {order_operator} {QUERY_VECTOR}"
+        ))
     };
     let mut select = scoped_select(scope);
     select
@@ -305,10 +292,16 @@ pub fn nearest_plan(
         select.and_where(distance.lte(threshold));
     }
     let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    // sea-query numbered its own values $1..$n; the vector is $n+1.
+    let sql = sql.replace(QUERY_VECTOR, &format!("${}", values.0.0.len() + 1));
+    let mut arguments = values.into_arguments();
+    arguments
+        .add(crate::store::vectors::VectorParam(query.vector.to_vec()))
+        .map_err(|e| ApiError::Internal(format!("query vector: {e}")))?;
     let ef = ef_search_for(query.estimated_rows, fetch, scope.filter.is_some());
     Ok(NearestPlan {
         sql,
-        values,
+        arguments,
         ef_search: (ef != SESSION_EF_SEARCH && !exact).then_some(ef),
         fetch,
     })
@@ -325,13 +318,13 @@ pub async fn run_plan(
 ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
     let NearestPlan {
         sql,
-        values,
+        arguments,
         ef_search,
         ..
     } = plan;
     match ef_search {
         None => {
-            sqlx::query_with(AssertSqlSafe(sql), values)
+            sqlx::query_with(AssertSqlSafe(sql), arguments)
                 .fetch_all(pool)
                 .await
         }
@@ -341,7 +334,7 @@ pub async fn run_plan(
                 .bind(ef.to_string())
                 .execute(&mut *tx)
                 .await?;
-            let rows = sqlx::query_with(AssertSqlSafe(sql), values)
+            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
                 .fetch_all(&mut *tx)
                 .await?;
             tx.commit().await?;
@@ -477,7 +470,7 @@ mod tests {
     fn statement_of(
         strategy: DistanceStrategy,
         unit_vectors: bool,
-    ) -> ApiResult<(String, sea_query_sqlx::SqlxValues)> {
+    ) -> ApiResult<(String, PgArguments)> {
         let classifications = ["public".to_owned()];
         let scope = Scope {
             pipeline_id: Uuid::nil(),
@@ -492,7 +485,7 @@ mod tests {
             estimated_rows: 0.0,
             path: NearestPath::Index,
         };
-        nearest_plan(&scope, &query, Some(0.5), 5, false).map(|plan| (plan.sql, plan.values))
+        nearest_plan(&scope, &query, Some(0.5), 5, false).map(|plan| (plan.sql, plan.arguments))
     }
 
     fn statement(strategy: DistanceStrategy, unit_vectors: bool) -> String {
@@ -519,6 +512,24 @@ mod tests {
                 condition.contains(&format!("\"embedding\" {operator} $")),
                 "threshold on {operator}: {sql}"
             );
+        }
+    }
+
+    #[test]
+    fn the_query_vector_is_one_typed_parameter_after_the_others() {
+        for (strategy, unit_vectors) in [
+            (DistanceStrategy::Cosine, true),
+            (DistanceStrategy::EuclideanDistance, false),
+        ] {
+            let (sql, arguments) = statement_of(strategy, unit_vectors).expect("statement");
+            assert!(!sql.contains(QUERY_VECTOR), "{sql}");
+            assert!(!sql.contains("::vector"), "no text cast: {sql}");
+            // Pipeline, classification, limit, threshold, then the vector: $5 everywhere.
+            let placeholder = format!("${}", arguments.len());
+            assert_eq!(arguments.len(), 5, "{sql}");
+            let uses = sql.matches(&format!("{placeholder} ")).count()
+                + sql.matches(&format!("{placeholder})")).count();
+            assert_eq!(uses, 3, "score, threshold and order: {sql}");
         }
     }
 
@@ -617,7 +628,7 @@ mod tests {
             let (_, order) = plan.sql.split_once("ORDER BY").expect("ordered");
             assert!(
                 order.contains(&format!("(\"v\".\"embedding\" {operator} $"))
-                    && order.contains("::vector) + 0 ASC"),
+                    && order.contains(") + 0 ASC"),
                 "{}",
                 plan.sql
             );

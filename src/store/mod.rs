@@ -28,12 +28,22 @@ pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Err
     // Every session searches HNSW indexes with iterative scans and a candidate list of
     // SESSION_EF_SEARCH, so a search needs no transaction of its own to set them (pgvector
     // takes these placeholders up when it loads).
+    //
+    // Trove's statements are short and many run at once, so sessions plan without parallel
+    // workers and without JIT compilation: launching a worker costs milliseconds (more than
+    // a search through a metadata index takes) and takes a core from the other requests, and
+    // whether a plan launches one changed with the prepared statement's plan mode, so the
+    // same search took 3 or 12 ms depending on the connection; JIT compiles for tens of
+    // milliseconds whenever an estimate passes `jit_above_cost`, which exact scans of a
+    // large pipeline do.
     let options = options.application_name("trove").options([
         ("hnsw.iterative_scan", "relaxed_order".to_owned()),
         (
             "hnsw.ef_search",
             crate::retrieval::search::SESSION_EF_SEARCH.to_string(),
         ),
+        ("max_parallel_workers_per_gather", "0".to_owned()),
+        ("jit", "off".to_owned()),
     ]);
     Ok(PgPoolOptions::new()
         .max_connections(max_connections)

@@ -736,7 +736,7 @@ async fn selective_scopes_are_searched_exactly() {
         let plan = search::nearest_plan(&scope, &query, None, 3, false).unwrap();
         let (explained,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
             sqlx::AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {}", plan.sql)),
-            plan.values,
+            plan.arguments,
         )
         .fetch_one(&mut *conn)
         .await
