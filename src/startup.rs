@@ -30,6 +30,8 @@ pub struct AppState {
     pub embedders: EmbedderCache,
     /// Where texts are split (in process, or the sidecar).
     pub splitting: TextSplitting,
+    /// The planner's estimates of search scopes, reused for a minute.
+    pub scope_estimates: Arc<crate::retrieval::estimates::ScopeEstimates>,
 }
 
 impl AppState {
@@ -56,6 +58,7 @@ impl AppState {
             cipher,
             embedders,
             splitting,
+            scope_estimates: Arc::default(),
         })
     }
 }

@@ -1,4 +1,5 @@
 //! Retrieval: similarity, MMR and full-text search over a pipeline's fragments.
 
+pub mod estimates;
 pub mod mmr;
 pub mod search;

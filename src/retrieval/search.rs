@@ -162,9 +162,41 @@ pub fn path_for(scope_rows: Option<f64>) -> NearestPath {
 /// conditions alone, planned with the bound values (so statistics on a metadata index's
 /// expression apply).
 pub async fn estimate_scope_rows(pool: &PgPool, scope: &Scope<'_>) -> Result<f64, sqlx::Error> {
+    let (sql, values) = scope_count_statement(scope);
+    explain_rows(pool, sql, values).await
+}
+
+/// [`estimate_scope_rows`], reusing an estimate of the same scope made in the last minute
+/// (see [`super::estimates`]).
+pub async fn estimate_scope_rows_cached(
+    pool: &PgPool,
+    estimates: &super::estimates::ScopeEstimates,
+    scope: &Scope<'_>,
+) -> Result<f64, sqlx::Error> {
+    let (sql, values) = scope_count_statement(scope);
+    // The statement and its values name the scope exactly (pipeline, classifications,
+    // filter); the values' debug form is unambiguous for the types a scope binds.
+    let key = format!("{sql}\u{0}{:?}", values.0);
+    if let Some(rows) = estimates.get(&key, std::time::Instant::now()) {
+        return Ok(rows);
+    }
+    let rows = explain_rows(pool, sql, values).await?;
+    estimates.insert(key, rows, std::time::Instant::now());
+    Ok(rows)
+}
+
+/// The statement whose plan estimates a scope: the scope's conditions, selecting nothing.
+fn scope_count_statement(scope: &Scope<'_>) -> (String, sea_query_sqlx::SqlxValues) {
     let mut select = scoped_select(scope);
     select.clear_selects().expr(Expr::val(1));
-    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    select.build_sqlx(PostgresQueryBuilder)
+}
+
+async fn explain_rows(
+    pool: &PgPool,
+    sql: String,
+    values: sea_query_sqlx::SqlxValues,
+) -> Result<f64, sqlx::Error> {
     let (plan,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
         AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {sql}")),
         values,

@@ -301,7 +301,8 @@ pub async fn run_with(
                 filter: filter.clone(),
             };
             search::path_for(Some(
-                search::estimate_scope_rows(&state.pool, &scope).await?,
+                search::estimate_scope_rows_cached(&state.pool, &state.scope_estimates, &scope)
+                    .await?,
             ))
         } else {
             NearestPath::Index
