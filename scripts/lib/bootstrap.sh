@@ -15,6 +15,9 @@
 #     .data/models/all-MiniLM-L6-v2 is a symlink to the model folder in the venv.
 #   * PostgreSQL on 127.0.0.1:${TROVE_PG_PORT:-55432}, data in .data/pg, log in
 #     .data/logs/postgres.log, superuser `trove` with trust authentication.
+#     shared_buffers is 256MB unless TROVE_PG_SHARED_BUFFERS (a Postgres size, e.g. 8GB)
+#     is set when the server is started; the benchmarks want their vectors and HNSW index
+#     to fit (run scripts/stop first to restart with another size).
 #     Postgres refuses to run as root, so as root it runs as the system user trove-pg.
 #     If that user cannot reach the work tree (say a clone under /root, mode 700), the
 #     venv and the data dir live in /var/lib/trove-dev/<hash of the repo path>/ and
@@ -349,6 +352,13 @@ _tb_pg_start() {
             _tb_die "the Postgres of $TROVE_PGDATA runs on port $running_port, not $TROVE_PG_PORT: run scripts/stop first"
         fi
         _tb_say "Postgres already running on 127.0.0.1:$TROVE_PG_PORT (reused)"
+        if [[ -n ${TROVE_PG_SHARED_BUFFERS:-} ]]; then
+            local running_buffers
+            running_buffers=$(_tb_psql -d postgres -Atc 'show shared_buffers' 2>/dev/null || true)
+            if [[ $running_buffers != "$TROVE_PG_SHARED_BUFFERS" ]]; then
+                _tb_warn "the running Postgres has shared_buffers = $running_buffers, not TROVE_PG_SHARED_BUFFERS=$TROVE_PG_SHARED_BUFFERS: run scripts/stop to restart it with that size"
+            fi
+        fi
         return 0
     fi
     if _tb_port_open "$TROVE_PG_PORT"; then
@@ -367,6 +377,11 @@ _tb_pg_start() {
         # Tests only: no fsync, asynchronous commit, no full page writes. Much faster
         # CREATE DATABASE and commits; not crash safe, which test data need not be.
         opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    fi
+    if [[ -n ${TROVE_PG_SHARED_BUFFERS:-} ]]; then
+        [[ $TROVE_PG_SHARED_BUFFERS =~ ^[0-9]+(kB|MB|GB|TB)?$ ]] ||
+            _tb_die "TROVE_PG_SHARED_BUFFERS must be a Postgres size such as 8GB, got '$TROVE_PG_SHARED_BUFFERS'"
+        opts+=" -c shared_buffers=$TROVE_PG_SHARED_BUFFERS"
     fi
     if [[ ! -L $TROVE_PG_LOG ]]; then
         touch "$TROVE_PG_LOG"
