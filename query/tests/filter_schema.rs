@@ -10,7 +10,8 @@ mod filter_common;
 use filter_common::{parse, typed};
 use serde_json::json;
 use trove_query::filter::{
-    DeclaredType, SchemaError, TeqExpansions, TeqStart, ValueKind, validate, validate_teq,
+    DeclaredType, SchemaError, TeqExpansions, TeqStart, ValueKind, unconvertible_integer_fields,
+    validate, validate_teq,
 };
 
 #[track_caller]
@@ -349,5 +350,55 @@ fn messages_are_lowercase_and_name_the_field() {
     assert_eq!(
         error.to_string(),
         "field `nope` is not declared in the metadata schema"
+    );
+}
+
+/// Rule 6 concerns integer fields only: the values a document may hold there (JSON Schema's
+/// integers) that the database cannot read as 64-bit integers.
+#[test]
+fn unconvertible_stored_values_are_integers_with_a_fraction_or_beyond_64_bits() {
+    let schema = filter_common::schema();
+    let metadata = serde_json::from_str::<serde_json::Value>(
+        r#"{"year": 5.0, "price": 5.0, "title": "5.0", "draft": true}"#,
+    )
+    .unwrap();
+    assert_eq!(unconvertible_integer_fields(&schema, &metadata), ["year"]);
+    for (text, unconvertible) in [
+        ("1965", false),
+        ("-9223372036854775808", false),
+        ("9223372036854775807", false),
+        ("9223372036854775808", true),
+        ("100000000000000000000", true),
+        ("1e3", true),
+        ("-0.0", true),
+        ("null", false),
+    ] {
+        let metadata: serde_json::Value =
+            serde_json::from_str(&format!(r#"{{"year": {text}}}"#)).unwrap();
+        assert_eq!(
+            unconvertible_integer_fields(&schema, &metadata).len(),
+            usize::from(unconvertible),
+            "{text}"
+        );
+    }
+    // Undeclared fields and non-objects say nothing.
+    assert!(unconvertible_integer_fields(&schema, &json!({"other": 1.5})).is_empty());
+    assert!(unconvertible_integer_fields(&schema, &json!([1.5])).is_empty());
+    assert!(unconvertible_integer_fields(&json!({}), &json!({"year": 1.5})).is_empty());
+}
+
+#[test]
+fn a_filter_lists_the_integer_fields_it_compares() {
+    let filter = typed(
+        r#"{"$or": [{"year": {"$gt": 1}, "title": {"$eq": "a"}}, {"$not": {"year": {"$in": [2]}}},
+                    {"price": {"$lt": 3}}, {"draft": {"$eq": true}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(filter.integer_fields(), ["year"]);
+    assert!(
+        typed(r#"{"title": {"$eq": "a"}}"#)
+            .unwrap()
+            .integer_fields()
+            .is_empty()
     );
 }

@@ -308,16 +308,16 @@ impl DocumentsApi {
         let pipeline = service::pipeline_for_read(state, &auth.0, pipeline_id.0).await?;
         let mut base = store::documents::list_base(pipeline_id.0);
         if let Some((filter, raw)) = metadata {
-            let condition = crate::service::filters::compile_for_pipeline(
+            let compiled = crate::service::filters::compile_for_pipeline(
                 state,
                 &pipeline,
                 &filter,
                 "documents",
             )
             .await?;
-            if let Some(condition) = condition {
-                base.cond_where(condition);
-            }
+            crate::service::filters::refuse_unconvertible(state, pipeline.id, &compiled, None)
+                .await?;
+            base.cond_where(compiled.condition);
             let echoed = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
             request.query_info.insert("metadata".to_owned(), echoed);
         }

@@ -106,6 +106,8 @@ pub async fn submit(
         return Err(ApiError::InvalidMetadata(serde_json::Map::new()));
     }
     metadata_schema::validate_metadata(&metadata_schema, &input.metadata)?;
+    let unconvertible =
+        trove_query::filter::unconvertible_integer_fields(&metadata_schema, &input.metadata);
     if let Some((_, classification, _)) = &existing
         && *classification != input.classification
     {
@@ -139,6 +141,9 @@ pub async fn submit(
         },
     )
     .await?;
+    if !unconvertible.is_empty() {
+        store::record_unconvertible(&mut tx, pipeline_id, id, version, &unconvertible).await?;
+    }
     tx.commit().await?;
 
     let job = Job {

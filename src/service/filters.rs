@@ -1,5 +1,6 @@
 //! Metadata filters against a pipeline: schema validation, `$teq` expansion read from the
-//! taxonomy links at search time, then compilation to a condition over a table's `metadata`.
+//! taxonomy links at search time, then compilation to a condition over a table's `metadata`;
+//! and rule 6, checked just before the statement that applies the filter runs.
 
 use sea_query::{Condition, PostgresQueryBuilder};
 use sea_query_sqlx::SqlxBinder;
@@ -12,13 +13,21 @@ use crate::error::{ApiError, ApiResult};
 use crate::startup::AppState;
 use crate::store::pipelines::PipelineRow;
 
+/// A filter compiled for a pipeline.
+pub struct CompiledFilter {
+    /// The condition over the table's `metadata`.
+    pub condition: Condition,
+    /// The integer fields it compares: the fields rule 6 concerns.
+    integer_fields: Vec<String>,
+}
+
 /// Compiles `filter` for `pipeline`; a filter that does not fit the schema is `Schema error`.
 pub async fn compile_for_pipeline(
     state: &AppState,
     pipeline: &PipelineRow,
     filter: &Filter,
     table: &str,
-) -> ApiResult<Option<Condition>> {
+) -> ApiResult<CompiledFilter> {
     let typed = validate(filter, &pipeline.metadata_schema).map_err(|_| ApiError::Schema)?;
     let expansions = match teq_expansion_query(&typed.teq_starts()) {
         Some(query) => {
@@ -32,5 +41,33 @@ pub async fn compile_for_pipeline(
         None => TeqExpansions::new(),
     };
     validate_teq(&typed, &expansions).map_err(|_| ApiError::Schema)?;
-    Ok(Some(compile(&typed, table, &expansions)))
+    Ok(CompiledFilter {
+        condition: compile(&typed, table, &expansions),
+        integer_fields: typed.integer_fields(),
+    })
+}
+
+/// Rule 6: a filter comparing an integer field on which a stored version of the pipeline
+/// holds a value the database cannot read as a 64-bit integer (such as `5.0`) fails with the
+/// database's own error (500). Versions holding one are recorded at submission
+/// (`store::documents::record_unconvertible`); `recorded` is the pipeline's list of such fields
+/// when the caller has read it already (the search context), `None` to let this check read it.
+/// Call it just before the statement that applies the filter.
+pub async fn refuse_unconvertible(
+    state: &AppState,
+    pipeline_id: uuid::Uuid,
+    filter: &CompiledFilter,
+    recorded: Option<&[String]>,
+) -> ApiResult<()> {
+    let fields: Vec<String> = filter
+        .integer_fields
+        .iter()
+        .filter(|field| recorded.is_none_or(|recorded| recorded.contains(field)))
+        .cloned()
+        .collect();
+    if fields.is_empty() {
+        return Ok(());
+    }
+    crate::store::documents::refuse_unconvertible(&state.pool, pipeline_id, &fields).await?;
+    Ok(())
 }

@@ -280,12 +280,13 @@ pub async fn run_with(
             message: "Classification not found",
             id: None,
         })?;
-        let filter = match &input.filters {
-            Some(filter) => {
-                super::filters::compile_for_pipeline(state, pipeline, filter, "fragments").await?
-            }
+        let compiled = match &input.filters {
+            Some(filter) => Some(
+                super::filters::compile_for_pipeline(state, pipeline, filter, "fragments").await?,
+            ),
             None => None,
         };
+        let filter = compiled.as_ref().map(|c| c.condition.clone());
         // A vector search under a filter, or over some of the pipeline's classifications,
         // takes the exact path when the planner expects few fragments to pass.
         let restricted =
@@ -307,13 +308,28 @@ pub async fn run_with(
         } else {
             NearestPath::Index
         };
-        ApiResult::Ok((classifications, filter, path))
+        ApiResult::Ok((classifications, filter, compiled, path))
     };
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
-    let (classifications, filter, path) = scope_parts?;
+    let (classifications, filter, compiled, path) = scope_parts?;
     if classifications.is_empty() {
         return Ok(Vec::new());
     }
+    // Rule 6, when a statement applies the filter (after the checks that come first).
+    let refuse_unconvertible = || async {
+        match &compiled {
+            Some(compiled) => {
+                super::filters::refuse_unconvertible(
+                    state,
+                    pipeline_id,
+                    compiled,
+                    Some(&context.unconvertible_fields),
+                )
+                .await
+            }
+            None => Ok(()),
+        }
+    };
     let scope = Scope {
         pipeline_id,
         classifications: &classifications,
@@ -332,6 +348,7 @@ pub async fn run_with(
                 return Ok(Vec::new());
             };
             let vector = vector?;
+            refuse_unconvertible().await?;
             let query = VectorQuery {
                 vector_embedding_id: ve,
                 vector: &vector,
@@ -357,6 +374,9 @@ pub async fn run_with(
             }
         }
         _ => {
+            if params.k > 0 {
+                refuse_unconvertible().await?;
+            }
             search::full_text(
                 &state.pool,
                 &scope,

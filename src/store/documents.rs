@@ -111,6 +111,52 @@ pub async fn insert(
     .await
 }
 
+/// Records the fields of a version whose metadata values the database cannot read as their
+/// declared integer type (rule 6 of the filter language; see
+/// `trove_query::filter::unconvertible_integer_fields`). The record goes with the version.
+pub async fn record_unconvertible(
+    conn: &mut PgConnection,
+    pipeline_id: Uuid,
+    id: Uuid,
+    version: i64,
+    fields: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO metadata_unconvertible (pipeline_id, field, document_id, version)
+         SELECT $1, field, $2, $3 FROM unnest($4::text[]) AS field",
+    )
+    .bind(pipeline_id)
+    .bind(id)
+    .bind(version)
+    .bind(fields)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Fails with the database's own conversion error (`invalid input syntax for type bigint:
+/// "5.0"`, `value "…" is out of range for type bigint`) when a stored version of the pipeline
+/// holds, in one of `fields`, a value recorded as not convertible: the cast runs on that
+/// stored value.
+pub async fn refuse_unconvertible(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    fields: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT CAST(d.metadata ->> u.field AS bigint)
+         FROM metadata_unconvertible AS u
+         JOIN documents AS d ON d.id = u.document_id AND d.version = u.version
+         WHERE u.pipeline_id = $1 AND u.field = ANY($2)
+         LIMIT 1",
+    )
+    .bind(pipeline_id)
+    .bind(fields)
+    .fetch_optional(pool)
+    .await?;
+    Ok(())
+}
+
 /// Marks a version `failed` (its job could not be queued) and drops its raw text.
 pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;

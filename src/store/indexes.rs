@@ -27,19 +27,27 @@ fn index_name(id: Uuid) -> String {
     format!("pidx_{}", id.simple())
 }
 
-/// The SQL expression of a field of a declared type, as the metadata filter compiles it.
+/// The SQL expression of a field of a declared type, as the metadata filter compiles it
+/// (`trove_query::filter::compile`): the same expression tree, so the planner matches one to
+/// the other. It never fails, whatever JSON a row holds, so an index on one pipeline's field
+/// can cover every row of `fragments`.
 pub fn typed_field_expression(field: &str, declared_type: &str) -> Option<String> {
     // Field names are identifiers (checked by the schema rules), so quoting them in a string
     // literal cannot break out of it.
     if !is_identifier(field) {
         return None;
     }
-    let text = format!("(metadata ->> '{field}')");
+    let where_json_is = |json_type: &str, value: String| {
+        format!("(CASE WHEN jsonb_typeof(metadata -> '{field}') = '{json_type}' THEN {value} END)")
+    };
     Some(match declared_type {
-        "string" => text,
-        "integer" => format!("({text}::bigint)"),
-        "number" => format!("({text}::double precision)"),
-        "boolean" => format!("({text}::boolean)"),
+        "string" => format!("(metadata ->> '{field}')"),
+        "integer" => where_json_is("number", format!("(metadata -> '{field}')::numeric")),
+        "number" => where_json_is(
+            "number",
+            format!("(metadata ->> '{field}')::double precision"),
+        ),
+        "boolean" => where_json_is("boolean", format!("(metadata -> '{field}')::boolean")),
         _ => return None,
     })
 }

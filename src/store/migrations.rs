@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "inline_document_texts",
         sql: include_str!("../../migrations/0006_inline_document_texts.sql"),
     },
+    Migration {
+        version: 7,
+        name: "total_metadata_expressions",
+        sql: include_str!("../../migrations/0007_total_metadata_expressions.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -191,6 +191,9 @@ pub struct SearchContext {
     pub classification_names: Vec<String>,
     pub hierarchy_from: Vec<String>,
     pub hierarchy_to: Vec<String>,
+    /// Integer fields on which a stored version holds a value that does not convert (rule 6
+    /// of the filter language).
+    pub unconvertible_fields: Vec<String>,
 }
 
 impl SearchContext {
@@ -246,7 +249,8 @@ pub async fn search_context(pool: &PgPool, id: Uuid) -> Result<Option<SearchCont
             Alias::new("ve_estimated_rows"),
         )
         .and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
-    // The classification names, then the hierarchy pairs as two parallel arrays.
+    // The classification names, the hierarchy pairs as two parallel arrays, and the fields
+    // rule 6 refuses filters on.
     for (aggregate, source, alias) in [
         (
             "c.name ORDER BY c.name",
@@ -262,6 +266,11 @@ pub async fn search_context(pool: &PgPool, id: Uuid) -> Result<Option<SearchCont
             "c.inherited ORDER BY c.classification, c.inherited",
             "classification_hierarchy AS c",
             "hierarchy_to",
+        ),
+        (
+            "DISTINCT c.field",
+            "metadata_unconvertible AS c",
+            "unconvertible_fields",
         ),
     ] {
         select.expr_as(

@@ -1208,3 +1208,193 @@ async fn migration_5_rebuilds_partial_metadata_indexes_with_the_pipeline_id_as_a
         )
     );
 }
+
+/// A metadata index belongs to its pipeline: other pipelines may store anything under the same
+/// field name (here a string where the indexed pipeline declares an integer), before and after
+/// the index is made, and their documents are still processed.
+#[tokio::test]
+async fn a_metadata_index_never_reads_other_pipelines_metadata() {
+    let app = spawn_app_without_worker().await;
+    let indexed = app.new_pipeline_id(json!({})).await;
+    let other = app
+        .new_pipeline_id(json!({
+            "metadata_schema": {"type": "object", "properties": {"year": {"type": "string"}}}
+        }))
+        .await;
+    let submit = |pid: String, name: &'static str, year: Value| {
+        let app = &app;
+        async move {
+            let reply = app
+                .submit(
+                    &pid,
+                    &json!({"external_identifier": name, "classification": "public",
+                            "metadata": {"year": year}, "text": format!("text of {name}")}),
+                )
+                .await;
+            assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+            str_of(&reply.body, "id").to_owned()
+        }
+    };
+    let before = submit(other.clone(), "before", json!("nineteen eighty-four")).await;
+    assert_eq!(app.step().await.stored, 1);
+
+    let index = app
+        .post(
+            &format!("/pipelines/{indexed}/indexes"),
+            &json!({"field": "year"}),
+        )
+        .await;
+    assert_eq!(index.status, StatusCode::CREATED, "{}", index.text);
+
+    let after = submit(other.clone(), "after", json!("two thousand")).await;
+    let own = submit(indexed.clone(), "own", json!(2001)).await;
+    let outcome = app.step().await;
+    assert_eq!((outcome.stored, outcome.failed), (2, 0), "{outcome:?}");
+    for (pid, id) in [(&other, &before), (&other, &after), (&indexed, &own)] {
+        let reply = app.get(&format!("/pipelines/{pid}/documents/{id}")).await;
+        assert_eq!(reply.body[0]["status"], "success", "{}", reply.text);
+    }
+}
+
+/// Rule 6: JSON Schema counts `2001.0` as an integer, so such a value is accepted and
+/// processed (an index on the field included), but the database cannot read it as a 64-bit
+/// integer: every filter on the field fails with the database's error while the version is
+/// stored, in searches and in the document list; filters on other fields are unaffected, and
+/// once the version is deleted the field filters again.
+#[tokio::test]
+async fn a_stored_integer_written_with_a_fraction_fails_filters_on_its_field_only() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let index = app
+        .post(
+            &format!("/pipelines/{pid}/indexes"),
+            &json!({"field": "year"}),
+        )
+        .await;
+    assert_eq!(index.status, StatusCode::CREATED, "{}", index.text);
+    let mut ids = Vec::new();
+    for (name, year) in [("float", json!(2001.0)), ("integer", json!(2002))] {
+        let reply = app
+            .submit(
+                &pid,
+                &json!({"external_identifier": name, "classification": "public",
+                        "metadata": {"year": year, "team": name}, "text": format!("the {name} year")}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        ids.push(str_of(&reply.body, "id").to_owned());
+    }
+    let outcome = app.step().await;
+    assert_eq!((outcome.stored, outcome.failed), (2, 0), "{outcome:?}");
+
+    let encoded =
+        |filter: &str| -> String { filter.bytes().map(|b| format!("%{b:02X}")).collect() };
+    let list = |filter: &str| {
+        let path = format!("/pipelines/{pid}/documents?metadata={}", encoded(filter));
+        let app = &app;
+        async move { app.get(&path).await }
+    };
+    let search = |filters: Value| {
+        let app = &app;
+        let pid = &pid;
+        async move {
+            app.post(
+                &format!("/pipelines/{pid}/search"),
+                &json!({"query": "year", "type": "similarity", "classification": "public",
+                        "filters": filters}),
+            )
+            .await
+        }
+    };
+    let refusal = r#"invalid input syntax for type bigint: "2001.0""#;
+    for reply in [
+        list(r#"{"year":{"$lt":2002}}"#).await,
+        list(r#"{"$or":[{"team":{"$eq":"x"}},{"year":{"$in":[1]}}]}"#).await,
+        search(json!({"year": {"$eq": 2002}})).await,
+        search(json!({"$not": {"year": {"$gt": 0}}})).await,
+    ] {
+        assert_eq!(
+            (reply.status, reply.message()),
+            (StatusCode::INTERNAL_SERVER_ERROR, refusal),
+            "{}",
+            reply.text
+        );
+    }
+    // Another field filters normally, in both.
+    let by_team = list(r#"{"team":{"$eq":"float"}}"#).await;
+    assert_eq!(by_team.status, StatusCode::OK, "{}", by_team.text);
+    assert_eq!(by_team.body["data"].as_array().unwrap().len(), 1);
+    let by_team = search(json!({"team": {"$eq": "integer"}})).await;
+    assert_eq!(by_team.status, StatusCode::OK, "{}", by_team.text);
+    assert_eq!(by_team.body.as_array().unwrap().len(), 1);
+
+    // Once the version holding the value is gone, the field filters again.
+    let deleted = app
+        .delete(&format!("/pipelines/{pid}/documents/{}", ids[0]))
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+    let reply = search(json!({"year": {"$eq": 2002}})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body.as_array().unwrap().len(), 1);
+    assert_eq!(reply.body[0]["metadata"]["year"], json!(2002));
+    let reply = list(r#"{"year":{"$lt":2003}}"#).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["data"].as_array().unwrap().len(), 1);
+}
+
+/// Migration 7 rebuilds metadata indexes with the expressions the filter compiles to, and
+/// records the stored integers written with a fraction.
+#[tokio::test]
+async fn migration_7_rebuilds_metadata_indexes_and_records_unconvertible_integers() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let index = app
+        .post(
+            &format!("/pipelines/{pid}/indexes"),
+            &json!({"field": "year"}),
+        )
+        .await;
+    assert_eq!(index.status, StatusCode::CREATED, "{}", index.text);
+    let name = format!("pidx_{}", uuid_of(&index.body, "id").simple());
+    let definition = |pool: sqlx::PgPool, name: String| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT pg_get_indexdef(c.oid) FROM pg_class AS c WHERE c.relname = $1",
+        )
+        .bind(name)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let current = definition(app.pool.clone(), name.clone()).await;
+    let submitted = app
+        .submit(
+            &pid,
+            &json!({"external_identifier": "d", "classification": "public",
+                    "metadata": {"year": 5.0}, "text": "t"}),
+        )
+        .await;
+    assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
+
+    // As a database before migration 7 held them: the former cast, nothing recorded.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP INDEX {name}; CREATE INDEX {name} ON fragments (pipeline_id, (((metadata ->> 'year'))::bigint)) WHERE pipeline_id IS NULL;
+         DROP TABLE metadata_unconvertible; DELETE FROM _trove_migrations WHERE version = 7"
+    )))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        trove::store::migrations::migrate(&app.pool).await.unwrap(),
+        1
+    );
+    assert_eq!(definition(app.pool.clone(), name).await, current);
+    let recorded: Vec<(String, uuid::Uuid)> =
+        sqlx::query_as("SELECT field, document_id FROM metadata_unconvertible")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        recorded,
+        [("year".to_owned(), uuid_of(&submitted.body, "id"))]
+    );
+}

@@ -4,14 +4,24 @@
 //! The semantics are SQL's three-valued logic, which is what rules 2–4 describe:
 //!
 //! - A field is read as the expression a metadata index is built on
-//!   (`src/store/indexes.rs`): `(metadata ->> 'f')` for strings and that text cast to
-//!   `bigint`, `double precision` or `boolean`. A missing field and JSON null both read as SQL
-//!   NULL, so every comparison with them is unknown, never true: `$neq` and `$not-in` included,
-//!   and `NOT unknown` is unknown, so a `$not` around a single comparison is not satisfied
-//!   either. `NOT (unknown AND false)` is `NOT false`: a `$not` around an `$and` whose other
-//!   condition fails is satisfied. The WHERE clause keeps only rows whose condition is true.
-//! - A stored value that does not convert to the declared type makes the cast, hence the
-//!   statement, fail when it runs (rule 6): kept on purpose.
+//!   (`src/store/indexes.rs`): `(metadata ->> 'f')` for strings; for the other types the
+//!   stored JSON value converted only where it has the matching JSON type (`CASE WHEN
+//!   jsonb_typeof(metadata -> 'f') = 'number' THEN (metadata -> 'f')::numeric END` for
+//!   integers, `(metadata ->> 'f')::double precision` for numbers, `(metadata -> 'f')::boolean`
+//!   for booleans), so the expression never fails, whatever a row holds: an index on one
+//!   pipeline's field covers every row of the table, other pipelines' included. Integers
+//!   compare as `numeric`, exactly, as 64-bit integers do. A missing field and JSON null both
+//!   read as SQL NULL, so every comparison with them is unknown, never true: `$neq` and
+//!   `$not-in` included, and `NOT unknown` is unknown, so a `$not` around a single comparison
+//!   is not satisfied either. `NOT (unknown AND false)` is `NOT false`: a `$not` around an
+//!   `$and` whose other condition fails is satisfied. The WHERE clause keeps only rows whose
+//!   condition is true.
+//! - Rule 6 (a stored value that does not convert to the declared type makes every filter on
+//!   the field fail) is not a property of the expression: only integer fields can hold such
+//!   values once documents are validated (`5.0`, integers beyond 64 bits; see
+//!   [`super::unconvertible_integer_fields`]), and the service refuses filters on fields where
+//!   it recorded one. An integer filter value beyond 64 bits is bound as text cast to `bigint`,
+//!   which the database refuses when the statement runs.
 //! - `$and` / a field map is AND (empty: TRUE); `$or` is OR (empty: FALSE); inside `$or` an
 //!   empty object `{}` first makes the `$or` TRUE and anywhere later contributes nothing
 //!   (rule 4).
@@ -31,7 +41,7 @@
 use std::fmt::Write as _;
 
 use sea_query::extension::postgres::{PgBinOper, PgExpr as _, PgFunc};
-use sea_query::{Alias, Condition, Expr, ExprTrait as _, Value};
+use sea_query::{Alias, Condition, Expr, ExprTrait as _, Func, Value};
 
 use super::ast::{CompareOp, LikeOp, MembershipOp, is_field_name};
 use super::teq::TeqExpansions;
@@ -128,15 +138,29 @@ impl Compiler<'_> {
     fn field(&self, field: &str, field_type: FieldType) -> Expr {
         // The field name is an identifier (grammar) declared by the schema: it becomes a SQL
         // string constant, as in the index expression, and cannot leave its quotes. A bound
-        // parameter there would hide the expression from the planner's index matching.
+        // parameter there (or for the JSON type names) would hide the expression from the
+        // planner's index matching.
         debug_assert!(is_field_name(field), "field names are identifiers");
-        let text = Expr::col((Alias::new(self.table), Alias::new("metadata")))
-            .binary(PgBinOper::CastJsonField, Expr::Constant(Value::from(field)));
+        let metadata = || Expr::col((Alias::new(self.table), Alias::new("metadata")));
+        let name = || Expr::Constant(Value::from(field));
+        let text = || metadata().binary(PgBinOper::CastJsonField, name());
+        let json = || metadata().binary(PgBinOper::GetJsonField, name());
+        // The value converted only where the stored JSON value has `json_type`: never fails.
+        let where_json_is = |json_type: &str, value: Expr| -> Expr {
+            Expr::case(
+                Expr::expr(Func::cust("jsonb_typeof").arg(json()))
+                    .eq(Expr::Constant(Value::from(json_type))),
+                value,
+            )
+            .into()
+        };
         match field_type {
-            FieldType::String => text,
-            FieldType::Integer => text.cast_as(Alias::new("bigint")),
-            FieldType::Number => text.cast_as(Alias::new("double precision")),
-            FieldType::Boolean => text.cast_as(Alias::new("boolean")),
+            FieldType::String => text(),
+            FieldType::Integer => where_json_is("number", json().cast_as(Alias::new("numeric"))),
+            FieldType::Number => {
+                where_json_is("number", text().cast_as(Alias::new("double precision")))
+            }
+            FieldType::Boolean => where_json_is("boolean", json().cast_as(Alias::new("boolean"))),
         }
     }
 }

@@ -63,4 +63,6 @@ pub use ast::{
 pub use compile::compile;
 pub(crate) use compile::text_array_param;
 pub use teq::{TeqExpansions, TeqStart, teq_expansion_query};
-pub use validate::{DeclaredType, SchemaError, TypedFilter, validate, validate_teq};
+pub use validate::{
+    DeclaredType, SchemaError, TypedFilter, unconvertible_integer_fields, validate, validate_teq,
+};

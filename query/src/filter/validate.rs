@@ -69,16 +69,17 @@ impl fmt::Display for DeclaredType {
     }
 }
 
-/// The comparable field types: what the SQL expression of a field is cast to.
+/// The comparable field types: what the SQL expression of a field reads (see
+/// [`super::compile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FieldType {
     /// `(metadata ->> 'f')`, compared in the database collation.
     String,
-    /// `((metadata ->> 'f')::bigint)`.
+    /// A JSON number as `numeric`.
     Integer,
-    /// `((metadata ->> 'f')::double precision)`.
+    /// A JSON number as `double precision`.
     Number,
-    /// `((metadata ->> 'f')::boolean)`, false before true.
+    /// A JSON boolean as `boolean`, false before true.
     Boolean,
 }
 
@@ -185,6 +186,18 @@ pub(crate) enum TypedValue {
 }
 
 impl TypedFilter {
+    /// The distinct integer fields the filter compares, in the order they appear: the fields
+    /// rule 6 concerns (see [`unconvertible_integer_fields`]).
+    pub fn integer_fields(&self) -> Vec<String> {
+        let mut fields: Vec<String> = Vec::new();
+        self.root.visit_conditions(&mut |condition| {
+            if condition.field_type == FieldType::Integer && !fields.contains(&condition.field) {
+                fields.push(condition.field.clone());
+            }
+        });
+        fields
+    }
+
     /// The distinct `$teq` starting points, in the order they appear. The service reads their
     /// expansion with [`super::teq_expansion_query`] before compiling.
     pub fn teq_starts(&self) -> Vec<TeqStart> {
@@ -213,6 +226,31 @@ impl TypedNode {
             TypedNode::Not(node) => node.visit_conditions(visit),
         }
     }
+}
+
+/// The top-level fields of `metadata` (a document's, already valid against `schema`) that the
+/// schema declares integer and whose value the database cannot read as a 64-bit integer
+/// (rule 6): JSON Schema counts `5.0` and `1e3` as integers, and places no bound on them,
+/// while an integer here is 64-bit and written without a fraction. Every filter on such a
+/// field fails while the document is stored.
+pub fn unconvertible_integer_fields(schema: &Value, metadata: &Value) -> Vec<String> {
+    let (Some(properties), Some(values)) = (
+        schema.get("properties").and_then(Value::as_object),
+        metadata.as_object(),
+    ) else {
+        return Vec::new();
+    };
+    values
+        .iter()
+        .filter(|(name, value)| {
+            let declared_integer = properties.get(*name).and_then(DeclaredType::of_property)
+                == Some(DeclaredType::Integer);
+            // serde_json keeps a number as i64 only when it is written as an integer within
+            // 64 bits: exactly what the database reads back as `bigint`.
+            declared_integer && matches!(value, Value::Number(n) if n.as_i64().is_none())
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Checks `filter` against a pipeline's metadata JSON Schema (rule 1, rule 3 and the `$teq`
