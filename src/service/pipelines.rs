@@ -150,6 +150,7 @@ pub async fn create(
     )
     .await?;
     store::replace_classifications(&mut tx, id, &input.classifications, &input.hierarchy).await?;
+    indexes::ensure_field_statistics(&mut tx, &schema).await?;
     if let (Some(model_id), Some(dimensions)) = (input.embedding_model_id, model_dimensions) {
         let vector_embedding_id = Uuid::new_v4();
         store::insert_vector_embedding(&mut tx, vector_embedding_id, id, model_id, dimensions)
@@ -195,15 +196,20 @@ pub async fn update(
         MaybeUndefined::Value(s) => s,
         _ => current.default_text_splitter_id,
     };
-    let schema = match change.metadata_schema {
+    let (schema, schema_changed) = match change.metadata_schema {
         MaybeUndefined::Value(schema) => {
             metadata_schema::check_schema(&schema)?;
             metadata_schema::check_compatible(&current.metadata_schema, &schema)?;
-            schema
+            (schema, true)
         }
-        _ => current.metadata_schema.clone(),
+        _ => (current.metadata_schema.clone(), false),
     };
     store::update(pool, id, &name, description.as_deref(), splitter, &schema).await?;
+    if schema_changed {
+        let mut tx = pool.begin().await?;
+        indexes::ensure_field_statistics(&mut tx, &schema).await?;
+        tx.commit().await?;
+    }
     store::get(pool, id).await?.ok_or_else(|| not_found(id))
 }
 

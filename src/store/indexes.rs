@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
-use crate::service::metadata_schema::is_identifier;
+use crate::service::metadata_schema::{self, is_identifier};
 use crate::time::rfc3339;
 
 /// A metadata index.
@@ -50,6 +50,57 @@ pub fn typed_field_expression(field: &str, declared_type: &str) -> Option<String
         "boolean" => where_json_is("boolean", format!("(metadata -> '{field}')::boolean")),
         _ => return None,
     })
+}
+
+/// Key of the advisory lock under which field statistics are created (two pipelines declaring
+/// the same field at once would otherwise race on the object's name).
+const FIELD_STATISTICS_LOCK: i64 = 0x7472_6f76_655f_7374;
+
+/// The name of the statistics object of a field of a declared type: one per (type, field),
+/// shared by every pipeline that declares it so.
+fn statistics_name(field: &str, declared_type: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{declared_type}:{field}").as_bytes());
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("mstat_{hex}")
+}
+
+/// Creates the planner's statistics on the typed expression of every declared top-level
+/// field of `schema` (`CREATE STATISTICS … ON (expression) FROM fragments`), where they do not
+/// exist yet. With them the planner estimates a filter on a field without a metadata index
+/// from the data (its values' frequencies and histogram) instead of a fixed guess (0.5 % for
+/// an equality), which decides whether a filtered vector search scans exactly
+/// (`retrieval::search::path_for`). They are filled by the next `ANALYZE` of `fragments`.
+pub async fn ensure_field_statistics(
+    conn: &mut PgConnection,
+    schema: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    let statements: Vec<String> = metadata_schema::properties(schema)
+        .iter()
+        .filter_map(|(field, property)| {
+            let declared_type = metadata_schema::property_type(property)?;
+            let expression = typed_field_expression(field, declared_type)?;
+            // The name is rendered from a digest and the expression comes from
+            // `typed_field_expression`: neither can alter the statement.
+            Some(format!(
+                "CREATE STATISTICS IF NOT EXISTS {} ON {expression} FROM fragments",
+                statistics_name(field, declared_type)
+            ))
+        })
+        .collect();
+    if statements.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(FIELD_STATISTICS_LOCK)
+        .execute(&mut *conn)
+        .await?;
+    for statement in statements {
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Creates the index row and the expression index in the caller's transaction.

@@ -52,6 +52,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "total_metadata_expressions",
         sql: include_str!("../../migrations/0007_total_metadata_expressions.sql"),
     },
+    Migration {
+        version: 8,
+        name: "metadata_field_statistics",
+        sql: include_str!("../../migrations/0008_metadata_field_statistics.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).
