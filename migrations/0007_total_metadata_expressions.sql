@@ -1,5 +1,5 @@
--- Typed metadata fields are read through expressions that never fail (a JSON value converts
--- only where it has the matching JSON type; integers as numeric). Metadata indexes cover every
+-- Typed metadata fields are read through expressions that never fail (JSON_VALUE ... NULL ON
+-- ERROR: NULL where the value does not convert; integers as numeric). Metadata indexes cover every
 -- row of `fragments`, so with the former casts another pipeline's value under the same field
 -- name (a string where this one declares an integer) made its inserts, or the index's
 -- creation, fail.
@@ -50,14 +50,11 @@ BEGIN
         -- The same expressions as src/store/indexes.rs (typed_field_expression).
         expression := CASE declared
             WHEN 'integer' THEN format(
-                '(CASE WHEN jsonb_typeof(metadata -> %L) = ''number'' THEN (metadata -> %L)::numeric END)',
-                r.field, r.field)
+                '(JSON_VALUE(metadata, %L RETURNING numeric NULL ON ERROR))', '$."' || r.field || '"')
             WHEN 'number' THEN format(
-                '(CASE WHEN jsonb_typeof(metadata -> %L) = ''number'' THEN (metadata ->> %L)::double precision END)',
-                r.field, r.field)
+                '(JSON_VALUE(metadata, %L RETURNING double precision NULL ON ERROR))', '$."' || r.field || '"')
             WHEN 'boolean' THEN format(
-                '(CASE WHEN jsonb_typeof(metadata -> %L) = ''boolean'' THEN (metadata -> %L)::boolean END)',
-                r.field, r.field)
+                '(JSON_VALUE(metadata, %L RETURNING boolean NULL ON ERROR))', '$."' || r.field || '"')
         END;
         CONTINUE WHEN expression IS NULL;
         FOR ix IN

@@ -21,14 +21,11 @@ BEGIN
         expression := CASE declared
             WHEN 'string' THEN format('(metadata ->> %L)', r.field)
             WHEN 'integer' THEN format(
-                '(CASE WHEN jsonb_typeof(metadata -> %L) = ''number'' THEN (metadata -> %L)::numeric END)',
-                r.field, r.field)
+                '(JSON_VALUE(metadata, %L RETURNING numeric NULL ON ERROR))', '$."' || r.field || '"')
             WHEN 'number' THEN format(
-                '(CASE WHEN jsonb_typeof(metadata -> %L) = ''number'' THEN (metadata ->> %L)::double precision END)',
-                r.field, r.field)
+                '(JSON_VALUE(metadata, %L RETURNING double precision NULL ON ERROR))', '$."' || r.field || '"')
             WHEN 'boolean' THEN format(
-                '(CASE WHEN jsonb_typeof(metadata -> %L) = ''boolean'' THEN (metadata -> %L)::boolean END)',
-                r.field, r.field)
+                '(JSON_VALUE(metadata, %L RETURNING boolean NULL ON ERROR))', '$."' || r.field || '"')
         END;
         CONTINUE WHEN expression IS NULL;
         EXECUTE format('CREATE STATISTICS IF NOT EXISTS %I ON %s FROM fragments',

@@ -825,7 +825,8 @@ fn examples_of_the_rules() {
 
 /// The compiled expressions read any stored JSON without failing: a value of another JSON
 /// type than the declared one (as another pipeline may store under the same name) reads as
-/// no value, and an integer written `5.0` as the number it is. Rule 6 (such a value makes
+/// no value, or as what its text converts to (`"yes"` as true, as Postgres reads booleans),
+/// and an integer written `5.0` as the number it is. Rule 6 (such a value makes
 /// filters on the field fail) is the service's, from its record of those values
 /// (`tests/api/pipelines.rs`). Integer filter values beyond 64 bits are refused by the
 /// database.
@@ -852,7 +853,8 @@ fn stored_values_never_fail_and_out_of_range_filter_values_are_refused() {
         assert_eq!(run(r#"{"i": {"$eq": 5}}"#).unwrap(), [1]);
         assert_eq!(run(r#"{"i": {"$gt": 2}}"#).unwrap(), [1, 3]);
         assert_eq!(run(r#"{"n": {"$lt": 2}}"#).unwrap(), [0]);
-        assert_eq!(run(r#"{"b": {"$eq": true}}"#).unwrap(), [0]);
+        assert_eq!(run(r#"{"b": {"$eq": true}}"#).unwrap(), [0, 2]);
+        assert_eq!(run(r#"{"b": {"$eq": false}}"#).unwrap(), Vec::<i32>::new());
         assert_eq!(run(r#"{"b": {"$not-in": []}}"#).unwrap(), [0, 1, 2, 3]);
         assert_eq!(run(r#"{"s": {"$eq": "b"}}"#).unwrap(), [1]);
         // An integer above 64 bits is valid grammar and schema, refused by the database.

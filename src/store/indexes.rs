@@ -37,17 +37,14 @@ pub fn typed_field_expression(field: &str, declared_type: &str) -> Option<String
     if !is_identifier(field) {
         return None;
     }
-    let where_json_is = |json_type: &str, value: String| {
-        format!("(CASE WHEN jsonb_typeof(metadata -> '{field}') = '{json_type}' THEN {value} END)")
+    let json_value = |sql_type: &str| {
+        format!("(JSON_VALUE(metadata, '$.\"{field}\"' RETURNING {sql_type} NULL ON ERROR))")
     };
     Some(match declared_type {
         "string" => format!("(metadata ->> '{field}')"),
-        "integer" => where_json_is("number", format!("(metadata -> '{field}')::numeric")),
-        "number" => where_json_is(
-            "number",
-            format!("(metadata ->> '{field}')::double precision"),
-        ),
-        "boolean" => where_json_is("boolean", format!("(metadata -> '{field}')::boolean")),
+        "integer" => json_value("numeric"),
+        "number" => json_value("double precision"),
+        "boolean" => json_value("boolean"),
         _ => return None,
     })
 }

@@ -4,11 +4,10 @@
 //! The semantics are SQL's three-valued logic, which is what rules 2–4 describe:
 //!
 //! - A field is read as the expression a metadata index is built on
-//!   (`src/store/indexes.rs`): `(metadata ->> 'f')` for strings; for the other types the
-//!   stored JSON value converted only where it has the matching JSON type (`CASE WHEN
-//!   jsonb_typeof(metadata -> 'f') = 'number' THEN (metadata -> 'f')::numeric END` for
-//!   integers, `(metadata ->> 'f')::double precision` for numbers, `(metadata -> 'f')::boolean`
-//!   for booleans), so the expression never fails, whatever a row holds: an index on one
+//!   (`src/store/indexes.rs`): `(metadata ->> 'f')` for strings; for the other types
+//!   `JSON_VALUE(metadata, '$."f"' RETURNING numeric NULL ON ERROR)` (integers; `double
+//!   precision` for numbers, `boolean` for booleans), which reads NULL where the stored value
+//!   does not convert, so the expression never fails whatever a row holds: an index on one
 //!   pipeline's field covers every row of the table, other pipelines' included. Integers
 //!   compare as `numeric`, exactly, as 64-bit integers do. A missing field and JSON null both
 //!   read as SQL NULL, so every comparison with them is unknown, never true: `$neq` and
@@ -41,7 +40,7 @@
 use std::fmt::Write as _;
 
 use sea_query::extension::postgres::{PgBinOper, PgExpr as _, PgFunc};
-use sea_query::{Alias, Condition, Expr, ExprTrait as _, Func, Value};
+use sea_query::{Alias, Condition, Expr, ExprTrait as _, Value};
 
 use super::ast::{CompareOp, LikeOp, MembershipOp, is_field_name};
 use super::teq::TeqExpansions;
@@ -137,30 +136,24 @@ impl Compiler<'_> {
     /// built on, qualified with the table.
     fn field(&self, field: &str, field_type: FieldType) -> Expr {
         // The field name is an identifier (grammar) declared by the schema: it becomes a SQL
-        // string constant, as in the index expression, and cannot leave its quotes. A bound
-        // parameter there (or for the JSON type names) would hide the expression from the
-        // planner's index matching.
+        // string constant (or a quoted key of a path literal), as in the index expression, and
+        // cannot leave its quotes. A bound parameter there would hide the expression from the
+        // planner's index matching. The table is one of the callers' constant names.
         debug_assert!(is_field_name(field), "field names are identifiers");
-        let metadata = || Expr::col((Alias::new(self.table), Alias::new("metadata")));
-        let name = || Expr::Constant(Value::from(field));
-        let text = || metadata().binary(PgBinOper::CastJsonField, name());
-        let json = || metadata().binary(PgBinOper::GetJsonField, name());
-        // The value converted only where the stored JSON value has `json_type`: never fails.
-        let where_json_is = |json_type: &str, value: Expr| -> Expr {
-            Expr::case(
-                Expr::expr(Func::cust("jsonb_typeof").arg(json()))
-                    .eq(Expr::Constant(Value::from(json_type))),
-                value,
-            )
-            .into()
+        // `JSON_VALUE … NULL ON ERROR` reads NULL where the value does not convert: the
+        // expression never fails.
+        let json_value = |sql_type: &str| {
+            Expr::cust(format!(
+                "JSON_VALUE(\"{}\".\"metadata\", '$.\"{field}\"' RETURNING {sql_type} NULL ON ERROR)",
+                self.table
+            ))
         };
         match field_type {
-            FieldType::String => text(),
-            FieldType::Integer => where_json_is("number", json().cast_as(Alias::new("numeric"))),
-            FieldType::Number => {
-                where_json_is("number", text().cast_as(Alias::new("double precision")))
-            }
-            FieldType::Boolean => where_json_is("boolean", json().cast_as(Alias::new("boolean"))),
+            FieldType::String => Expr::col((Alias::new(self.table), Alias::new("metadata")))
+                .binary(PgBinOper::CastJsonField, Expr::Constant(Value::from(field))),
+            FieldType::Integer => json_value("numeric"),
+            FieldType::Number => json_value("double precision"),
+            FieldType::Boolean => json_value("boolean"),
         }
     }
 }
