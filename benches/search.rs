@@ -1721,6 +1721,26 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         }
         samples
     };
+    // The same under the tenant filter (the metadata index exists by now).
+    let filtered_http = {
+        let body = Target::body(probe, true, K as u16);
+        let mut samples = Vec::new();
+        for _ in 0..rounds {
+            samples.push(http.search(&target.path, &body).await.0);
+        }
+        samples
+    };
+    let filtered_statement = time_n(rounds, |_| {
+        let plan = target.statement(probe, true);
+        let raw = &raw;
+        async move { floor_search(raw, plan).await }
+    })
+    .await;
+    let filtered_statement_service_pool = time_n(rounds, |_| {
+        let plan = target.statement(probe, true);
+        async move { floor_search(pool, plan).await }
+    })
+    .await;
     let rows = [
         (
             "HTTP search, k 5, no filter (same query each time)",
@@ -1762,6 +1782,18 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         ),
         ("  same on the raw statement's pool", &library_on_raw),
         ("decrypt 5 hits + result JSON", &respond),
+        (
+            "HTTP search, k 5, tenant filter with its metadata index (same query each time)",
+            &filtered_http,
+        ),
+        (
+            "  its statement alone, on the raw statement's pool",
+            &filtered_statement,
+        ),
+        (
+            "  its statement alone, on the service's pool",
+            &filtered_statement_service_pool,
+        ),
     ];
     for (name, samples) in rows {
         println!("    {:<90} {:>8.3} ms", name, pct(samples, 50.0));
