@@ -512,7 +512,8 @@ fn recall(corpus: &Corpus, probe: &Probe, exact: &TopK, found: &[Uuid]) -> (usiz
 /// `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH`, alone when
 /// the plan keeps that candidate list, else in a transaction that sets the plan's.
 async fn floor_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
-    let rows = search::run_plan(pool, plan)
+    let mut conn = pool.acquire().await.expect("connection");
+    let rows = search::run_plan(&mut conn, plan)
         .await
         .expect("search statement");
     hits_of(&rows)
@@ -833,7 +834,8 @@ impl Target {
             filter: self.condition(probe, filtered),
         };
         let query = self.vector_query(probe, filtered);
-        search::similarity(pool, &scope, &query, K as u64, None)
+        let mut conn = pool.acquire().await.expect("connection");
+        search::similarity(&mut conn, &scope, &query, K as u64, None)
             .await
             .expect("library search")
             .into_iter()
@@ -1639,7 +1641,8 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             filter: None,
         };
         let query = target.vector_query(probe, false);
-        search::similarity(pool, &scope, &query, K as u64, None)
+        let mut conn = pool.acquire().await.expect("connection");
+        search::similarity(&mut conn, &scope, &query, K as u64, None)
             .await
             .expect("hits")
     };

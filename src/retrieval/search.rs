@@ -10,7 +10,7 @@ use sea_query::{
 use sea_query_sqlx::SqlxBinder;
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
-use sqlx::{Arguments, AssertSqlSafe, IntoArguments, PgPool};
+use sqlx::{Arguments, AssertSqlSafe, Connection, IntoArguments, PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::mmr::{self, Similarity};
@@ -339,13 +339,13 @@ pub fn nearest_plan(
     })
 }
 
-/// Runs a plan's statement on a pooled connection. Every connection starts with
-/// `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH` (see
-/// `store::connect_lazy`): iterative index scans keep reading the HNSW index until the rows
-/// that pass the filters are found, so selective filters still return `k` results where they
-/// exist. A plan with another `ef_search` runs in a transaction that sets it.
+/// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection starts with `hnsw.iterative_scan = relaxed_order` and
+/// `hnsw.ef_search = SESSION_EF_SEARCH`: iterative index scans keep reading the HNSW index
+/// until the rows that pass the filters are found, so selective filters still return `k`
+/// results where they exist. A plan with another `ef_search` runs in a transaction that sets
+/// it.
 pub async fn run_plan(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     plan: NearestPlan,
 ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
     let NearestPlan {
@@ -357,11 +357,11 @@ pub async fn run_plan(
     match ef_search {
         None => {
             sqlx::query_with(AssertSqlSafe(sql), arguments)
-                .fetch_all(pool)
+                .fetch_all(conn)
                 .await
         }
         Some(ef) => {
-            let mut tx = pool.begin().await?;
+            let mut tx = conn.begin().await?;
             sqlx::query("SELECT set_config('hnsw.ef_search', $1, true)")
                 .bind(ef.to_string())
                 .execute(&mut *tx)
@@ -378,7 +378,7 @@ pub async fn run_plan(
 /// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked,
 /// sorted by distance (`relaxed_order` may return rows slightly out of order).
 async fn nearest(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     threshold: Option<f64>,
@@ -386,7 +386,7 @@ async fn nearest(
     with_embeddings: bool,
 ) -> ApiResult<Vec<(Hit, Option<Vec<f32>>)>> {
     let plan = nearest_plan(scope, query, threshold, limit, with_embeddings)?;
-    let rows = run_plan(pool, plan).await?;
+    let rows = run_plan(conn, plan).await?;
     let mut hits = Vec::with_capacity(rows.len());
     for row in rows {
         use sqlx::Row;
@@ -405,7 +405,7 @@ async fn nearest(
 
 /// Similarity search: the `k` closest fragments within the threshold.
 pub async fn similarity(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     k: u64,
@@ -414,14 +414,14 @@ pub async fn similarity(
     if k == 0 {
         return Ok(Vec::new());
     }
-    let hits = nearest(pool, scope, query, threshold, k, false).await?;
+    let hits = nearest(conn, scope, query, threshold, k, false).await?;
     Ok(hits.into_iter().map(|(hit, _)| hit).collect())
 }
 
 /// MMR: `fetch_k` candidates by distance, then at most min(k, fetch_k) selected greedily,
 /// returned in distance order.
 pub async fn mmr(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     k: u64,
@@ -432,7 +432,7 @@ pub async fn mmr(
     if k == 0 || fetch_k == 0 {
         return Ok(Vec::new());
     }
-    let candidates = nearest(pool, scope, query, threshold, fetch_k, true).await?;
+    let candidates = nearest(conn, scope, query, threshold, fetch_k, true).await?;
     let vectors: Vec<&[f32]> = candidates
         .iter()
         .map(|(_, e)| e.as_deref().unwrap_or_default())
@@ -456,7 +456,7 @@ pub async fn mmr(
 /// Full-text search: every remaining word of the query must appear; score is the rank divided
 /// by 1 + the logarithm of the fragment length; highest first.
 pub async fn full_text(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     scope: &Scope<'_>,
     query: &str,
     k: u64,
@@ -488,7 +488,7 @@ pub async fn full_text(
     }
     let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
     let mut hits: Vec<Hit> = sqlx::query_as_with(AssertSqlSafe(sql), values)
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await?;
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     Ok(hits)

@@ -227,7 +227,10 @@ impl SearchContext {
 }
 
 /// Reads a pipeline's [`SearchContext`] in one round trip.
-pub async fn search_context(pool: &PgPool, id: Uuid) -> Result<Option<SearchContext>, sqlx::Error> {
+pub async fn search_context<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    id: Uuid,
+) -> Result<Option<SearchContext>, sqlx::Error> {
     use sea_query::PostgresQueryBuilder;
     use sea_query_sqlx::SqlxBinder;
     let mut select = select_base();
@@ -282,7 +285,7 @@ pub async fn search_context(pool: &PgPool, id: Uuid) -> Result<Option<SearchCont
     }
     let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
     sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
-        .fetch_optional(pool)
+        .fetch_optional(db)
         .await
 }
 
