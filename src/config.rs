@@ -217,18 +217,13 @@ impl Config {
                     .map_err(|_| err(variable, format!("expected a whole number, got {value:?}"))),
             };
             let m = number("TROVE_HNSW_M", HnswParams::DEFAULT.m())?;
+            HnswParams::check_m(m).map_err(|reason| err("TROVE_HNSW_M", reason))?;
             let ef_construction = number(
                 "TROVE_HNSW_EF_CONSTRUCTION",
                 HnswParams::DEFAULT.ef_construction(),
             )?;
-            HnswParams::new(m, ef_construction).map_err(|reason| {
-                let variable = if (2..=100).contains(&m) {
-                    "TROVE_HNSW_EF_CONSTRUCTION"
-                } else {
-                    "TROVE_HNSW_M"
-                };
-                err(variable, reason)
-            })?
+            HnswParams::new(m, ef_construction)
+                .map_err(|reason| err("TROVE_HNSW_EF_CONSTRUCTION", reason))?
         };
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,

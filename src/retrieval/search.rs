@@ -339,11 +339,11 @@ pub fn nearest_plan(
     })
 }
 
-/// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection starts with `hnsw.iterative_scan = relaxed_order` and
-/// `hnsw.ef_search = SESSION_EF_SEARCH`: iterative index scans keep reading the HNSW index
-/// until the rows that pass the filters are found, so selective filters still return `k`
-/// results where they exist. A plan with another `ef_search` runs in a transaction that sets
-/// it.
+/// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection
+/// starts with `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH`:
+/// iterative index scans keep reading the HNSW index until the rows that pass the filters are
+/// found, so selective filters still return `k` results where they exist. A plan with another
+/// `ef_search` runs in a transaction that sets it.
 pub async fn run_plan(
     conn: &mut PgConnection,
     plan: NearestPlan,

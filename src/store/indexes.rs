@@ -28,25 +28,17 @@ fn index_name(id: Uuid) -> String {
 }
 
 /// The SQL expression of a field of a declared type, as the metadata filter compiles it
-/// (`trove_query::filter::compile`): the same expression tree, so the planner matches one to
-/// the other. It never fails, whatever JSON a row holds, so an index on one pipeline's field
-/// can cover every row of `fragments`.
+/// (`trove_query::filter::typed_field_sql` over the unqualified `metadata` column), so the
+/// planner matches one to the other. It never fails, whatever JSON a row holds, so an index
+/// on one pipeline's field can cover every row of `fragments`.
 pub fn typed_field_expression(field: &str, declared_type: &str) -> Option<String> {
     // Field names are identifiers (checked by the schema rules), so quoting them in a string
     // literal cannot break out of it.
     if !is_identifier(field) {
         return None;
     }
-    let json_value = |sql_type: &str| {
-        format!("(JSON_VALUE(metadata, '$.\"{field}\"' RETURNING {sql_type} NULL ON ERROR))")
-    };
-    Some(match declared_type {
-        "string" => format!("(metadata ->> '{field}')"),
-        "integer" => json_value("numeric"),
-        "number" => json_value("double precision"),
-        "boolean" => json_value("boolean"),
-        _ => return None,
-    })
+    let declared = trove_query::filter::DeclaredType::from_name(declared_type)?;
+    trove_query::filter::typed_field_sql("metadata", field, declared).map(|sql| format!("({sql})"))
 }
 
 /// Key of the advisory lock under which field statistics are created (two pipelines declaring

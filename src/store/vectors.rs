@@ -70,9 +70,7 @@ impl HnswParams {
     /// Checked parameters: `m` 2–100, `ef_construction` 4–1000 and at least `2 × m`
     /// (pgvector's own bounds).
     pub fn new(m: u32, ef_construction: u32) -> Result<Self, String> {
-        if !(2..=100).contains(&m) {
-            return Err(format!("m must be from 2 to 100, got {m}"));
-        }
+        Self::check_m(m)?;
         if !(4..=1000).contains(&ef_construction) || ef_construction < 2 * m {
             return Err(format!(
                 "ef_construction must be from 4 to 1000 and at least 2 × m ({}), got {ef_construction}",
@@ -80,6 +78,16 @@ impl HnswParams {
             ));
         }
         Ok(Self { m, ef_construction })
+    }
+
+    /// Checks `m` alone (2–100): with a valid `m`, [`Self::new`] can only refuse
+    /// `ef_construction`.
+    pub fn check_m(m: u32) -> Result<(), String> {
+        if (2..=100).contains(&m) {
+            Ok(())
+        } else {
+            Err(format!("m must be from 2 to 100, got {m}"))
+        }
     }
 
     pub fn m(self) -> u32 {

@@ -39,13 +39,13 @@
 
 use std::fmt::Write as _;
 
-use sea_query::extension::postgres::{PgBinOper, PgExpr as _, PgFunc};
+use sea_query::extension::postgres::{PgExpr as _, PgFunc};
 use sea_query::{Alias, Condition, Expr, ExprTrait as _, Value};
 
 use super::ast::{CompareOp, LikeOp, MembershipOp, is_field_name};
 use super::teq::TeqExpansions;
 use super::validate::{
-    FieldType, TypedCondition, TypedFilter, TypedNode, TypedOperation, TypedValue,
+    DeclaredType, FieldType, TypedCondition, TypedFilter, TypedNode, TypedOperation, TypedValue,
 };
 
 /// The condition selecting the rows of `table` (a table name or alias whose `metadata`
@@ -140,22 +140,31 @@ impl Compiler<'_> {
         // cannot leave its quotes. A bound parameter there would hide the expression from the
         // planner's index matching. The table is one of the callers' constant names.
         debug_assert!(is_field_name(field), "field names are identifiers");
-        // `JSON_VALUE … NULL ON ERROR` reads NULL where the value does not convert: the
-        // expression never fails.
-        let json_value = |sql_type: &str| {
-            Expr::cust(format!(
-                "JSON_VALUE(\"{}\".\"metadata\", '$.\"{field}\"' RETURNING {sql_type} NULL ON ERROR)",
-                self.table
-            ))
-        };
-        match field_type {
-            FieldType::String => Expr::col((Alias::new(self.table), Alias::new("metadata")))
-                .binary(PgBinOper::CastJsonField, Expr::Constant(Value::from(field))),
-            FieldType::Integer => json_value("numeric"),
-            FieldType::Number => json_value("double precision"),
-            FieldType::Boolean => json_value("boolean"),
-        }
+        let column = format!("\"{}\".\"metadata\"", self.table);
+        Expr::cust(field_sql(&column, field, field_type))
     }
+}
+
+/// The SQL a metadata field of a declared type is read with, over the JSON column `column`
+/// (`metadata`, or a qualified `"t"."metadata"`): strings as `column ->> 'f'`; integers,
+/// numbers and booleans as `JSON_VALUE(column, '$."f"' RETURNING numeric NULL ON ERROR)`
+/// (`double precision`, `boolean`), which reads NULL where the stored value does not convert,
+/// so the expression never fails. Filters compile to it and metadata indexes are built on it
+/// (`src/store/indexes.rs`), so the planner matches one to the other. `field` must be an
+/// identifier: it is written inside the expression's quotes. `None` for `object` fields.
+pub fn typed_field_sql(column: &str, field: &str, declared: DeclaredType) -> Option<String> {
+    FieldType::of(declared).map(|field_type| field_sql(column, field, field_type))
+}
+
+fn field_sql(column: &str, field: &str, field_type: FieldType) -> String {
+    debug_assert!(is_field_name(field), "field names are identifiers");
+    let sql_type = match field_type {
+        FieldType::String => return format!("{column} ->> '{field}'"),
+        FieldType::Integer => "numeric",
+        FieldType::Number => "double precision",
+        FieldType::Boolean => "boolean",
+    };
+    format!("JSON_VALUE({column}, '$.\"{field}\"' RETURNING {sql_type} NULL ON ERROR)")
 }
 
 /// A value as a bound parameter of its field's type.

@@ -60,8 +60,8 @@ pub use ast::{
     CompareOp, FieldCondition, Filter, LikeOp, MembershipOp, Operation, Scalar, ScalarList,
     ValueKind, is_field_name,
 };
-pub use compile::compile;
 pub(crate) use compile::text_array_param;
+pub use compile::{compile, typed_field_sql};
 pub use teq::{TeqExpansions, TeqStart, teq_expansion_query};
 pub use validate::{
     DeclaredType, SchemaError, TypedFilter, unconvertible_integer_fields, validate, validate_teq,

@@ -29,7 +29,8 @@ pub enum DeclaredType {
 }
 
 impl DeclaredType {
-    fn from_name(name: &str) -> Option<Self> {
+    /// The type a schema names (`"string"`, …); `None` for other names.
+    pub fn from_name(name: &str) -> Option<Self> {
         Some(match name {
             "string" => DeclaredType::String,
             "integer" => DeclaredType::Integer,
@@ -81,6 +82,19 @@ pub(crate) enum FieldType {
     Number,
     /// A JSON boolean as `boolean`, false before true.
     Boolean,
+}
+
+impl FieldType {
+    /// The comparable type of a declared one; `None` for objects.
+    pub(crate) fn of(declared: DeclaredType) -> Option<Self> {
+        Some(match declared {
+            DeclaredType::String => FieldType::String,
+            DeclaredType::Integer => FieldType::Integer,
+            DeclaredType::Number => FieldType::Number,
+            DeclaredType::Boolean => FieldType::Boolean,
+            DeclaredType::Object => return None,
+        })
+    }
 }
 
 /// Why a filter does not fit the pipeline's schema: always the interface's 400 `Schema error`.
@@ -334,16 +348,10 @@ fn type_condition(
         }
         Some(Some(declared_type)) => *declared_type,
     };
-    let field_type = match declared_type {
-        DeclaredType::String => FieldType::String,
-        DeclaredType::Integer => FieldType::Integer,
-        DeclaredType::Number => FieldType::Number,
-        DeclaredType::Boolean => FieldType::Boolean,
-        DeclaredType::Object => {
-            return Err(SchemaError::ObjectField {
-                field: field.clone(),
-            });
-        }
+    let Some(field_type) = FieldType::of(declared_type) else {
+        return Err(SchemaError::ObjectField {
+            field: field.clone(),
+        });
     };
     let operator = condition.operation.operator_name();
     let mismatch = |value: ValueKind| SchemaError::TypeMismatch {
