@@ -367,32 +367,43 @@ impl Worker {
             .text_splitter_latency
             .add(split_started.elapsed().as_secs_f64());
 
-        // Embed every fragment of the group at once.
+        // Embed every fragment of the group at once; meanwhile, on the blocking pool, detect
+        // the language of each fragment for its full-text vector.
         let embed_started = Instant::now();
-        let texts: Vec<String> = prepared
-            .iter()
-            .flat_map(|p| p.fragments.iter().cloned())
-            .collect();
-        let vectors = match &spec {
-            Some(spec) if !texts.is_empty() => {
-                let embedder = self
-                    .embedders
-                    .embedder(spec)
-                    .await
-                    .map_err(|e| GroupError::Embed(e.to_string()))?;
-                embedder
-                    .embed(&texts)
-                    .await
-                    .map_err(|e| GroupError::Embed(e.to_string()))?
-            }
-            _ => Vec::new(),
+        let texts: Arc<Vec<String>> = Arc::new(
+            prepared
+                .iter()
+                .flat_map(|p| p.fragments.iter().cloned())
+                .collect(),
+        );
+        let embedding = async {
+            let vectors = match &spec {
+                Some(spec) if !texts.is_empty() => {
+                    let embedder = self
+                        .embedders
+                        .embedder(spec)
+                        .await
+                        .map_err(|e| GroupError::Embed(e.to_string()))?;
+                    embedder
+                        .embed(&texts)
+                        .await
+                        .map_err(|e| GroupError::Embed(e.to_string()))?
+                }
+                _ => Vec::new(),
+            };
+            self.metrics
+                .embedding_latency
+                .add(embed_started.elapsed().as_secs_f64());
+            Ok::<_, GroupError>(vectors)
         };
-        self.metrics
-            .embedding_latency
-            .add(embed_started.elapsed().as_secs_f64());
+        let (vectors, configs) = tokio::join!(
+            embedding,
+            text_search_configs(pipeline.has_full_text_search, Arc::clone(&texts))
+        );
+        let (vectors, configs) = (vectors?, configs?);
 
         // Store everything in one transaction.
-        let stored = self.store(&pipeline, &prepared, &vectors).await?;
+        let stored = self.store(&pipeline, &prepared, &vectors, &configs).await?;
         for delivery in deliveries {
             if finished.iter().any(|m| std::ptr::eq(*m, &delivery.message))
                 || prepared.iter().any(|p| p.job == delivery.job)
@@ -433,6 +444,7 @@ impl Worker {
         pipeline: &PipelineForWork,
         prepared: &[Prepared],
         vectors: &[Vec<f32>],
+        text_configs: &[&'static str],
     ) -> Result<Vec<bool>, GroupError> {
         if prepared.is_empty() {
             return Ok(Vec::new());
@@ -473,11 +485,13 @@ impl Worker {
         for (p, keep) in prepared.iter().zip(&stored) {
             let count = p.fragments.len();
             let fragment_vectors = vectors.get(offset..offset + count).unwrap_or_default();
+            let fragment_configs = text_configs.get(offset..offset + count).unwrap_or_default();
             offset += count;
             if !keep {
                 continue;
             }
             for (order_id, text) in p.fragments.iter().enumerate() {
+                let config = fragment_configs.get(order_id).copied();
                 fragment_ids.push(Uuid::now_v7());
                 document_ids.push(p.job.document_id);
                 fragment_versions.push(p.job.version);
@@ -486,12 +500,12 @@ impl Worker {
                 metadata.push(&p.metadata);
                 contents.push(self.cipher.encrypt(text.as_bytes()));
                 expired.push(p.expired_at);
-                if pipeline.has_full_text_search {
+                if let Some(config) = config {
                     texts.push(Some(text.as_str()));
-                    configs.push(trove_text::text_search_config(text));
+                    configs.push(config);
                 } else {
                     texts.push(None);
-                    configs.push("simple");
+                    configs.push(trove_text::language::SIMPLE);
                 }
             }
             flat_vectors.extend(fragment_vectors.iter().flatten());
@@ -604,6 +618,25 @@ impl Worker {
             }
         }
     }
+}
+
+/// The text search configuration of each fragment (its detected language), computed on the
+/// blocking pool; none without full-text search.
+async fn text_search_configs(
+    full_text: bool,
+    texts: Arc<Vec<String>>,
+) -> Result<Vec<&'static str>, GroupError> {
+    if !full_text || texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    tokio::task::spawn_blocking(move || {
+        texts
+            .iter()
+            .map(|text| trove_text::text_search_config(text))
+            .collect()
+    })
+    .await
+    .map_err(|e| GroupError::Split(format!("language detection: {e}")))
 }
 
 /// The pipeline of a group (all jobs of a group share it).
