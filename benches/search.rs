@@ -56,7 +56,8 @@ use trove::providers::hash_embedding::hash_embedding;
 use trove::retrieval::search::{
     self, DistanceStrategy, NearestPath, NearestPlan, Scope, VectorQuery,
 };
-use trove::startup::{AppState, Application};
+use trove::startup::Application;
+use trove::state::AppState;
 use trove_query::classification::ClassificationRequest;
 use uuid::Uuid;
 
@@ -1359,7 +1360,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 println!(
                     "statement: {}; hnsw.ef_search {} (association of ~{} vectors), LIMIT {} cut to k after sorting",
                     plan.sql,
-                    plan.ef_search.unwrap_or(search::SESSION_EF_SEARCH),
+                    plan.ef_search.unwrap_or(trove::store::SESSION_EF_SEARCH),
                     target.estimated_rows,
                     plan.fetch
                 );
@@ -1698,7 +1699,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             ef_search,
             ..
         } = target.statement(probe, false);
-        let ef_search = ef_search.unwrap_or(search::SESSION_EF_SEARCH);
+        let ef_search = ef_search.unwrap_or(trove::store::SESSION_EF_SEARCH);
         let raw = &raw;
         async move {
             let mut tx = raw.begin().await.expect("begin");

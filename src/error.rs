@@ -9,7 +9,7 @@ use poem::{Response, error::ResponseError};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::auth::{AccessLevel, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
 
 /// An error of the service, as the interface names it.
 #[derive(Debug, thiserror::Error)]
@@ -322,23 +322,9 @@ impl ResponseError for ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(err: sqlx::Error) -> Self {
-        match &err {
-            // 23001 is `restrict_violation` (ON DELETE RESTRICT), which sqlx does not classify.
-            sqlx::Error::Database(db) if db.code().as_deref() == Some("23001") => {
-                Self::ConflictRelated
-            }
-            sqlx::Error::Database(db) => match db.kind() {
-                sqlx::error::ErrorKind::UniqueViolation => Self::ConflictUnique,
-                sqlx::error::ErrorKind::ForeignKeyViolation => Self::ConflictRelated,
-                _ => Self::Database(db.message().to_owned()),
-            },
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
-                Self::DatabaseConnection(err.to_string())
-            }
-            _ => Self::Database(err.to_string()),
-        }
+impl From<crate::access::UnknownObjectType> for ApiError {
+    fn from(_: crate::access::UnknownObjectType) -> Self {
+        Self::InvalidObjectType
     }
 }
 

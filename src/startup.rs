@@ -10,58 +10,10 @@ use poem::listener::TcpAcceptor;
 use sqlx::PgPool;
 
 use crate::config::Config;
-use crate::crypto::at_rest::Cipher;
 use crate::ingest::queue::Queue;
-use crate::metrics::ApiMetrics;
-use crate::providers::embedding::EmbedderCache;
-use crate::providers::splitting::TextSplitting;
+use crate::ingest::worker::Worker;
+use crate::state::{AppState, StateError};
 use crate::store;
-
-/// State shared by every request.
-#[derive(Clone)]
-pub struct AppState {
-    pub pool: PgPool,
-    pub config: Arc<Config>,
-    pub metrics: ApiMetrics,
-    pub queue: Queue,
-    /// AES-256-GCM for data at rest, keyed by `TROVE_SECRET`.
-    pub cipher: Cipher,
-    /// Embedders of stored models (local models loaded once).
-    pub embedders: EmbedderCache,
-    /// Where texts are split (in process, or the sidecar).
-    pub splitting: TextSplitting,
-    /// The planner's estimates of search scopes, reused for a minute.
-    pub scope_estimates: Arc<crate::retrieval::estimates::ScopeEstimates>,
-}
-
-impl AppState {
-    /// Assembles the state; the sidecar client (when configured) is shared by embedders and
-    /// splitting.
-    pub fn new(pool: PgPool, config: Config, queue: Queue) -> Result<Self, StartError> {
-        let sidecar = match &config.sidecar_url {
-            Some(url) => {
-                Some(crate::sidecar::SidecarClient::new(url).map_err(StartError::Sidecar)?)
-            }
-            None => None,
-        };
-        let cipher = Cipher::new(config.secret.expose());
-        let embedders = EmbedderCache::new(&config, sidecar.clone());
-        let splitting = match sidecar {
-            Some(client) => TextSplitting::Sidecar(client),
-            None => TextSplitting::InProcess(embedders.local_models().clone()),
-        };
-        Ok(Self {
-            pool,
-            config: Arc::new(config),
-            metrics: ApiMetrics::new(),
-            queue,
-            cipher,
-            embedders,
-            splitting,
-            scope_estimates: Arc::default(),
-        })
-    }
-}
 
 /// Why the application could not start.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +26,8 @@ pub enum StartError {
     Install(#[from] store::install::InstallError),
     #[error("TROVE_NATS_URL: {0}")]
     Nats(String),
-    #[error("TROVE_SIDECAR_URL: {0}")]
-    Sidecar(String),
+    #[error(transparent)]
+    State(#[from] StateError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -273,7 +225,7 @@ pub async fn shutdown_signal() {
 pub async fn run_worker(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut delay = Duration::from_millis(500);
     let worker = loop {
-        match crate::ingest::worker::Worker::from_state(&state).await {
+        match build_worker(&state).await {
             Ok(worker) => break worker,
             Err(error) => {
                 tracing::warn!(%error, "worker cannot start yet, retrying");
@@ -295,4 +247,17 @@ pub async fn run_worker(state: AppState, mut stop: tokio::sync::watch::Receiver<
         });
     }
     worker.run(state.config.worker_concurrency, stop).await;
+}
+
+/// A worker over the application's pool, queue, cipher, embedders and license.
+pub async fn build_worker(state: &AppState) -> Result<Worker, String> {
+    Worker::new(
+        state.pool.clone(),
+        &state.queue,
+        state.cipher.clone(),
+        state.embedders.clone(),
+        state.splitting.clone(),
+        Arc::new(state.config.license.clone()),
+    )
+    .await
 }

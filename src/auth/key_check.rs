@@ -3,13 +3,13 @@
 
 use chrono::Utc;
 use poem::http::HeaderMap;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::AuthContext;
 use crate::crypto::verify_key_secret;
 use crate::error::ApiError;
 use crate::store;
+use crate::store::Pool;
 
 /// A header's value when it is present and made of visible ASCII; anything else counts as
 /// missing (interface: "a header value with characters other than visible ASCII is reported
@@ -25,7 +25,7 @@ fn visible_header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Authenticates a request. Failures are the interface's 401s; a database that cannot be
 /// reached also answers `Invalid API Key or Secret`.
-pub async fn authenticate(pool: &PgPool, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+pub async fn authenticate(pool: &Pool, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
     let key = visible_header(headers, "x-api-key").ok_or(ApiError::NoApiKey)?;
     let secret = visible_header(headers, "x-api-key-secret").ok_or(ApiError::NoApiSecret)?;
     let key_id = Uuid::parse_str(key).map_err(|_| ApiError::InvalidKeyId)?;

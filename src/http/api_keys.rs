@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
-use crate::auth::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
+use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
 use crate::service::api_keys::{self as service, EntryChange, KeyChange, NewKey};
 use crate::store;
@@ -398,7 +398,7 @@ impl ApiKeysApi {
         object_type: poem_openapi::param::Path<String>,
         req: &Request,
     ) -> poem::Result<Json<Value>> {
-        let object_type = ObjectType::parse(&object_type.0)?;
+        let object_type = ObjectType::parse(&object_type.0).map_err(ApiError::from)?;
         let mut map = serde_json::Map::new();
         for (name, value) in form_pairs(req.uri().query()) {
             if name != "object_id" {
@@ -423,7 +423,7 @@ impl ApiKeysApi {
         object_type: poem_openapi::param::Path<String>,
         object_id: extract::Path,
     ) -> poem::Result<Json<u8>> {
-        let object_type = ObjectType::parse(&object_type.0)?;
+        let object_type = ObjectType::parse(&object_type.0).map_err(ApiError::from)?;
         Ok(Json(auth.0.object_level(object_type, object_id.0).bits()))
     }
 }

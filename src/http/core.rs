@@ -33,7 +33,7 @@ pub fn healthz() -> impl IntoResponse {
 #[handler]
 pub fn metrics(req: &Request) -> Response {
     let body = req
-        .data::<crate::startup::AppState>()
+        .data::<crate::state::AppState>()
         .map(|s| s.metrics.render())
         .unwrap_or_default();
     Response::builder()

@@ -13,7 +13,7 @@ use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, OkOrNoContent};
 use crate::error::{ApiError, ApiResult};
 use crate::service::documents::{self as service, NewDocument};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store;
 use crate::store::documents::{FragmentRow, VersionRow};
 use crate::time::rfc3339;

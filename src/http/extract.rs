@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::auth::AuthContext;
 use crate::auth::key_check::authenticate;
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Largest REST request body (interface: 2 megabytes).
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;

@@ -21,7 +21,7 @@ use poem::http::Method;
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{OpenApiService, Tags};
 
-use crate::startup::AppState;
+use crate::state::AppState;
 use routes::{RouteKind, RouteTable};
 use shell::Shell;
 

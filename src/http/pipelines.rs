@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
-use crate::auth::{AccessLevel, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
 use crate::error::ApiError;
 use crate::service::pipelines::{self as service, NewPipelineInput, PipelineChange};
 use crate::store;

@@ -9,7 +9,7 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_qu
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
-use crate::auth::{AccessLevel, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
 use crate::error::ApiError;
 use crate::service::taxonomies::{self as service, AddedEntries, NewTaxonomy, TaxonomyChange};
 use crate::store;

@@ -13,7 +13,7 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_qu
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
-use crate::auth::ObjectType;
+use crate::access::ObjectType;
 use crate::error::ApiError;
 use crate::service::text_splitters::{self as service, NewSplitter, SplitterChange};
 use crate::store;

@@ -12,7 +12,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::tools;
 use crate::auth::AuthContext;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// The fixed `instructions` of `initialize`.
 pub const INSTRUCTIONS: &str = "Trove knowledge retrieval. Tools: `get_pipelines` lists the \

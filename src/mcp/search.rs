@@ -12,7 +12,7 @@ use crate::service::search::{
     self as service, EffectiveParams, Prefetched, QueryVector, SearchInput, SearchKind,
     SearchParams,
 };
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Embeds the query with an embedding model of the pipeline.
 pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiResult<Vec<f32>> {

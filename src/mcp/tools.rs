@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 use trove_query::list::{FieldFilter, FilterOp, ListRequest, OrderField, PageRequest};
 use uuid::Uuid;
 
-use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
+use crate::auth::AuthContext;
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store;
 use crate::store::pipelines::PipelineRow;
 

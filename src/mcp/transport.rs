@@ -44,7 +44,7 @@ use tonic::codegen::{Body as HttpBody, Bytes};
 use super::handler::TroveMcp;
 use crate::auth::key_check::authenticate;
 use crate::http::shell::OpenStream;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Largest MCP request body (interface: 4 MiB).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;

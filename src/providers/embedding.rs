@@ -6,10 +6,13 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::hash_embedding::hash_embedding;
 use crate::config::Config;
+use crate::crypto::at_rest::Cipher;
+use crate::error::ApiError;
+use crate::store::embedding::StoredModel;
 use crate::store::install::DefaultEmbedding;
 
 /// The provider of an embedding model.
@@ -77,7 +80,7 @@ pub enum Embedder {
     Local(Arc<super::local_embedding::LocalEmbedder>),
     /// A local model served by `trove sidecar`.
     Sidecar {
-        client: crate::sidecar::SidecarClient,
+        client: crate::providers::sidecar_client::SidecarClient,
         model_name: String,
     },
 }
@@ -110,11 +113,14 @@ pub struct EmbedderCache {
     local: super::local_embedding::LocalModels,
     http: reqwest::Client,
     /// Local models run in the sidecar when it is configured.
-    sidecar: Option<crate::sidecar::SidecarClient>,
+    sidecar: Option<crate::providers::sidecar_client::SidecarClient>,
 }
 
 impl EmbedderCache {
-    pub fn new(config: &Config, sidecar: Option<crate::sidecar::SidecarClient>) -> Self {
+    pub fn new(
+        config: &Config,
+        sidecar: Option<crate::providers::sidecar_client::SidecarClient>,
+    ) -> Self {
         Self {
             local: super::local_embedding::LocalModels::new(
                 config.models_dir.clone(),
@@ -165,4 +171,35 @@ pub async fn default_embedding_at_install(config: &Config) -> DefaultEmbedding {
         Some(dimensions) => DefaultEmbedding::Local { dimensions },
         None => DefaultEmbedding::Hash,
     }
+}
+
+/// What an embedder needs of a stored model, secrets decrypted.
+pub fn model_spec(cipher: &Cipher, stored: &StoredModel) -> Result<ModelSpec, ApiError> {
+    let provider = ProviderKind::parse(&stored.row.provider).ok_or_else(|| {
+        ApiError::Internal(format!("Unknown provider type: {}", stored.row.provider))
+    })?;
+    Ok(ModelSpec {
+        provider,
+        model_name: stored.row.model_name.clone(),
+        parameters: Value::Object(all_parameters(cipher, stored)?),
+        dimensions: usize::try_from(stored.row.dimensions).ok(),
+    })
+}
+
+/// The stored model's parameters with its secret ones decrypted and merged in.
+fn all_parameters(cipher: &Cipher, stored: &StoredModel) -> Result<Map<String, Value>, ApiError> {
+    let mut parameters = match &stored.row.parameters {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    if let Some(encrypted) = &stored.secret_parameters {
+        let text = cipher
+            .decrypt_text(encrypted)
+            .map_err(|_| ApiError::Decryption)?;
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(secret)) => parameters.extend(secret),
+            _ => return Err(ApiError::Decryption),
+        }
+    }
+    Ok(parameters)
 }

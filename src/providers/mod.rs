@@ -4,4 +4,5 @@ pub mod embedding;
 pub mod hash_embedding;
 pub mod local_embedding;
 pub mod openai_embedding;
+pub mod sidecar_client;
 pub mod splitting;

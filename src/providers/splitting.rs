@@ -3,7 +3,7 @@
 use trove_text::{SplitterConfig, TokenizerKind};
 
 use super::local_embedding::LocalModels;
-use crate::sidecar::SidecarClient;
+use crate::providers::sidecar_client::SidecarClient;
 
 /// Where texts are split.
 #[derive(Clone)]

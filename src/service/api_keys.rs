@@ -5,14 +5,16 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use poem_openapi::types::MaybeUndefined;
 use serde::Serialize;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::validate_name;
-use crate::auth::license::License;
-use crate::auth::{AccessLevel, AuthContext, ObjectType, PermissionEntry, TYPE_ENTRY_ID};
+use crate::access::{AccessLevel, ObjectType, PermissionEntry, TYPE_ENTRY_ID};
+use crate::auth::AuthContext;
+use crate::auth::license::check_license;
 use crate::crypto::{generate_key_secret, hash_key_secret};
 use crate::error::{ApiError, ApiResult};
+use crate::license::License;
+use crate::store::Pool;
 use crate::store::api_keys::{self as store, ApiKeyRow};
 use crate::time::rfc3339;
 
@@ -66,7 +68,7 @@ fn write_denied(id: Uuid) -> ApiError {
 }
 
 /// Reads a key the caller can read; missing or unreadable are both `ApiKey not found`.
-pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<ApiKeyRow> {
+pub async fn get_readable(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<ApiKeyRow> {
     if !auth.can_read(ObjectType::ApiKeys, id) {
         return Err(ApiError::api_key_not_found(id));
     }
@@ -121,13 +123,13 @@ fn check_grant(
 
 /// Creates a key with type entries. The secret is returned once.
 pub async fn create(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     input: NewKey,
 ) -> ApiResult<CreatedKey> {
     auth.require_type(ObjectType::ApiKeys, AccessLevel::WRITE)?;
-    license.check(pool, Some(ObjectType::ApiKeys)).await?;
+    check_license(license, pool, Some(ObjectType::ApiKeys)).await?;
     validate_name(&input.name)?;
     let mut entries = Vec::new();
     for (key, level) in &input.permissions {
@@ -187,7 +189,7 @@ pub async fn create(
 
 /// Changes a key's editable fields.
 pub async fn update(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
@@ -195,7 +197,7 @@ pub async fn update(
 ) -> ApiResult<ApiKeyRow> {
     let current = get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
 
     let name = match change.name {
         MaybeUndefined::Value(name) => name,
@@ -226,7 +228,7 @@ pub async fn update(
 }
 
 /// Deletes a key (never oneself, never the master key).
-pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     let current = get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
     if current.is_master || id == auth.key_id {
@@ -239,18 +241,14 @@ pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()
 }
 
 /// Every entry of a key the caller can read.
-pub async fn entries(
-    pool: &PgPool,
-    auth: &AuthContext,
-    id: Uuid,
-) -> ApiResult<Vec<PermissionEntry>> {
+pub async fn entries(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<Vec<PermissionEntry>> {
     get_readable(pool, auth, id).await?;
     Ok(store::entries(pool, id).await?)
 }
 
 /// Applies entry changes all or nothing.
 pub async fn change_entries(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
@@ -258,7 +256,7 @@ pub async fn change_entries(
 ) -> ApiResult<()> {
     let target = get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
     let mut parsed = Vec::with_capacity(changes.len());
     for change in changes {
         parsed.push((ObjectType::parse(&change.object_type)?, change));

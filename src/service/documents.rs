@@ -4,11 +4,12 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::metadata_schema;
-use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
+use crate::auth::AuthContext;
 use crate::error::{ApiError, ApiResult};
 use crate::ingest::queue::Job;
-use crate::startup::AppState;
+use crate::metadata_schema;
+use crate::state::AppState;
 use crate::store::documents::{self as store, NewVersion, VersionRow};
 use crate::store::pipelines::{self as pipelines_store, PipelineRow};
 
@@ -90,11 +91,12 @@ pub async fn submit(
     store::lock_identity(&mut tx, pipeline_id, &input.external_identifier).await?;
     let existing = store::identity(&mut tx, pipeline_id, &input.external_identifier).await?;
     let creates_document = existing.is_none();
-    state
-        .config
-        .license
-        .check(pool, creates_document.then_some(ObjectType::Documents))
-        .await?;
+    crate::auth::license::check_license(
+        &state.config.license,
+        pool,
+        creates_document.then_some(ObjectType::Documents),
+    )
+    .await?;
 
     let length = input.external_identifier.chars().count();
     if !(1..=1024).contains(&length) {

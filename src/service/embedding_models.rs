@@ -4,15 +4,16 @@
 use poem_openapi::types::MaybeUndefined;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::validate_name;
-use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
+use crate::auth::AuthContext;
 use crate::crypto::at_rest::Cipher;
 use crate::error::{ApiError, ApiResult};
-use crate::providers::embedding::{EmbedFailure, Embedder, ModelSpec, ProviderKind};
-use crate::startup::AppState;
+use crate::providers::embedding::{EmbedFailure, Embedder, ModelSpec, ProviderKind, model_spec};
+use crate::state::AppState;
+use crate::store::Pool;
 use crate::store::embedding::{
     self as store, ModelRow, NewModel as StoredNew, ProviderRow, StoredModel,
 };
@@ -60,7 +61,7 @@ pub fn provider_not_found(id: Uuid) -> ApiError {
 // ---- Providers ---------------------------------------------------------------------------
 
 /// Reads a provider the caller can read; missing or unreadable are both not found.
-pub async fn get_provider(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<ProviderRow> {
+pub async fn get_provider(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<ProviderRow> {
     if !auth.can_read(ObjectType::EmbeddingProviders, id) {
         return Err(provider_not_found(id));
     }
@@ -170,38 +171,8 @@ fn split_secrets(
 
 /// Every parameter of a stored model, secrets decrypted (500 `Decryption error` when the
 /// application secret changed).
-fn all_parameters(cipher: &Cipher, stored: &StoredModel) -> ApiResult<Map<String, Value>> {
-    let mut parameters = match &stored.row.parameters {
-        Value::Object(map) => map.clone(),
-        _ => Map::new(),
-    };
-    if let Some(encrypted) = &stored.secret_parameters {
-        let text = cipher
-            .decrypt_text(encrypted)
-            .map_err(|_| ApiError::Decryption)?;
-        match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(secret)) => parameters.extend(secret),
-            _ => return Err(ApiError::Decryption),
-        }
-    }
-    Ok(parameters)
-}
-
 fn provider_kind(name: &str) -> ApiResult<ProviderKind> {
     ProviderKind::parse(name).ok_or_else(|| invalid(format!("Unknown provider type: {name}")))
-}
-
-/// What an embedder needs of a stored model, secrets decrypted.
-pub fn model_spec(cipher: &Cipher, stored: &StoredModel) -> ApiResult<ModelSpec> {
-    let provider = ProviderKind::parse(&stored.row.provider).ok_or_else(|| {
-        ApiError::Internal(format!("Unknown provider type: {}", stored.row.provider))
-    })?;
-    Ok(ModelSpec {
-        provider,
-        model_name: stored.row.model_name.clone(),
-        parameters: Value::Object(all_parameters(cipher, stored)?),
-        dimensions: usize::try_from(stored.row.dimensions).ok(),
-    })
 }
 
 /// The ready embedder of a stored model (`Internal error` when it cannot be built).
@@ -268,7 +239,7 @@ fn size_mismatch(expected: i64, got: i64) -> ApiError {
 /// Reads a model the caller can read (with its encrypted secrets); missing or unreadable are
 /// both `Embedding model not found`.
 pub async fn get_stored_readable(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
 ) -> ApiResult<StoredModel> {
@@ -281,7 +252,7 @@ pub async fn get_stored_readable(
 }
 
 /// Reads a model the caller can read, as the API shows it.
-pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<ModelRow> {
+pub async fn get_readable(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<ModelRow> {
     Ok(get_stored_readable(pool, auth, id).await?.row)
 }
 
@@ -302,11 +273,12 @@ pub async fn create(state: &AppState, auth: &AuthContext, input: NewModel) -> Ap
             id: None,
         });
     }
-    state
-        .config
-        .license
-        .check(pool, Some(ObjectType::EmbeddingModels))
-        .await?;
+    crate::auth::license::check_license(
+        &state.config.license,
+        pool,
+        Some(ObjectType::EmbeddingModels),
+    )
+    .await?;
 
     validate_name(&input.name)?;
     let kind = provider_kind(&input.provider)?;
@@ -359,7 +331,7 @@ pub async fn update(
     let pool = &state.pool;
     let current = get_stored_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::EmbeddingModels, id, AccessLevel::WRITE)?;
-    state.config.license.check(pool, None).await?;
+    crate::auth::license::check_license(&state.config.license, pool, None).await?;
 
     let name = match change.name {
         MaybeUndefined::Value(name) => name,
@@ -411,7 +383,7 @@ pub async fn update(
 }
 
 /// Deletes a model and the permission entries on it (409 while a pipeline uses it).
-pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     get_stored_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::EmbeddingModels, id, AccessLevel::WRITE)?;
     if !store::delete_model(pool, id).await? {

@@ -2,15 +2,13 @@
 //! taxonomy links at search time, then compilation to a condition over a table's `metadata`;
 //! and rule 6, checked just before the statement that applies the filter runs.
 
-use sea_query::{Condition, PostgresQueryBuilder};
-use sea_query_sqlx::SqlxBinder;
-use sqlx::AssertSqlSafe;
+use sea_query::Condition;
 use trove_query::filter::{
     Filter, TeqExpansions, compile, teq_expansion_query, validate, validate_teq,
 };
 
 use crate::error::{ApiError, ApiResult};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pipelines::PipelineRow;
 
 /// A filter compiled for a pipeline.
@@ -30,14 +28,9 @@ pub async fn compile_for_pipeline(
 ) -> ApiResult<CompiledFilter> {
     let typed = validate(filter, &pipeline.metadata_schema).map_err(|_| ApiError::Schema)?;
     let expansions = match teq_expansion_query(&typed.teq_starts()) {
-        Some(query) => {
-            let (sql, values) = query.build_sqlx(PostgresQueryBuilder);
-            let rows: Vec<(String, String, String, String, String)> =
-                sqlx::query_as_with(AssertSqlSafe(sql), values)
-                    .fetch_all(&state.pool)
-                    .await?;
-            TeqExpansions::from_rows(rows)
-        }
+        Some(query) => TeqExpansions::from_rows(
+            crate::store::taxonomies::expansion_rows(&state.pool, query).await?,
+        ),
         None => TeqExpansions::new(),
     };
     validate_teq(&typed, &expansions).map_err(|_| ApiError::Schema)?;

@@ -5,7 +5,6 @@ pub mod classifications;
 pub mod documents;
 pub mod embedding_models;
 pub mod filters;
-pub mod metadata_schema;
 pub mod pipelines;
 pub mod search;
 pub mod taxonomies;

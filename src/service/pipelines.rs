@@ -3,13 +3,16 @@
 
 use poem_openapi::types::MaybeUndefined;
 use serde_json::Value;
-use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{classifications, metadata_schema, validate_name};
-use crate::auth::license::License;
-use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use super::{classifications, validate_name};
+use crate::access::{AccessLevel, ObjectType};
+use crate::auth::AuthContext;
+use crate::auth::license::check_license;
 use crate::error::{ApiError, ApiResult};
+use crate::license::License;
+use crate::metadata_schema;
+use crate::store::Pool;
 use crate::store::indexes::{self, IndexRow};
 use crate::store::pipelines::{self as store, NewPipeline, PipelineRow};
 use crate::store::vectors;
@@ -37,7 +40,7 @@ fn permitted(auth: &AuthContext, id: Uuid, needed: AccessLevel) -> ApiResult<()>
 /// Reads a pipeline on which the key holds every bit of `needed`; lacking any bit is
 /// reported as "not found", as for a missing pipeline.
 pub async fn require(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
     needed: AccessLevel,
@@ -49,7 +52,7 @@ pub async fn require(
 /// [`require`] for a search: the pipeline's [`store::SearchContext`] (one read) on which the
 /// key holds every bit of `needed`.
 pub async fn require_for_search(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
     needed: AccessLevel,
@@ -85,7 +88,7 @@ pub struct NewPipelineInput {
 }
 
 /// Requires read on a text splitter that exists (`Text Splitter not found` otherwise).
-async fn require_text_splitter(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+async fn require_text_splitter(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     if !auth.can_read(ObjectType::TextSplitters, id)
         || !store::text_splitter_exists(pool, id).await?
     {
@@ -99,7 +102,7 @@ async fn require_text_splitter(pool: &PgPool, auth: &AuthContext, id: Uuid) -> A
 
 /// Creates a pipeline, its classifications, its association and its vector table.
 pub async fn create(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     index: vectors::HnswParams,
     auth: &AuthContext,
@@ -121,7 +124,7 @@ pub async fn create(
         None => None,
     };
     require_text_splitter(pool, auth, input.default_text_splitter_id).await?;
-    license.check(pool, Some(ObjectType::Pipelines)).await?;
+    check_license(license, pool, Some(ObjectType::Pipelines)).await?;
 
     validate_name(&input.name)?;
     classifications::check(&input.classifications, &input.hierarchy)?;
@@ -171,7 +174,7 @@ pub struct PipelineChange {
 
 /// Changes a pipeline's name, description, default splitter or (compatibly) its schema.
 pub async fn update(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
@@ -181,7 +184,7 @@ pub async fn update(
     if let MaybeUndefined::Value(splitter) = change.default_text_splitter_id {
         require_text_splitter(pool, auth, splitter).await?;
     }
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
     let name = match change.name {
         MaybeUndefined::Value(name) => name,
         _ => current.name.clone(),
@@ -214,7 +217,7 @@ pub async fn update(
 }
 
 /// Deletes a pipeline and everything in it.
-pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     let current = require(pool, auth, id, AccessLevel::WRITE).await?;
     store::delete(pool, id, current.ve_id).await?;
     Ok(())
@@ -231,7 +234,7 @@ fn allow_list_denied(level: AccessLevel, id: Uuid) -> ApiError {
 
 /// Classifications and hierarchy (read and allow-list `*`).
 pub async fn classifications(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
 ) -> ApiResult<(Vec<String>, Vec<(String, String)>)> {
@@ -244,7 +247,7 @@ pub async fn classifications(
 
 /// Replaces classifications and hierarchy (write and allow-list `*`).
 pub async fn set_classifications(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
@@ -255,31 +258,28 @@ pub async fn set_classifications(
     if !auth.allows_all_classifications(Some(id)) {
         return Err(allow_list_denied(AccessLevel::WRITE, id));
     }
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
     classifications::check(&names, &hierarchy)?;
     if store::versions_outside(pool, id, &names).await? {
         return Err(ApiError::ConflictRelated);
     }
     let mut tx = pool.begin().await?;
     store::replace_classifications(&mut tx, id, &names, &hierarchy).await?;
-    sqlx::query("UPDATE pipelines SET updated_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    store::touch(&mut tx, id).await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Creates a metadata index on a declared top-level, non-object field.
 pub async fn create_index(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
     field: String,
 ) -> ApiResult<IndexRow> {
     let pipeline = require(pool, auth, id, AccessLevel::WRITE).await?;
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
     let properties = metadata_schema::properties(&pipeline.metadata_schema);
     let expression = properties
         .get(&field)
@@ -294,7 +294,7 @@ pub async fn create_index(
 
 /// Deletes a metadata index.
 pub async fn delete_index(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
     index_id: Uuid,

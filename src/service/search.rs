@@ -3,15 +3,15 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use sqlx::Postgres;
-use sqlx::pool::PoolConnection;
 use uuid::Uuid;
 
-use crate::auth::{AccessLevel, AuthContext};
+use crate::access::AccessLevel;
+use crate::auth::AuthContext;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, VectorQuery};
-use crate::startup::AppState;
+use crate::state::AppState;
+use crate::store::Connection;
 use crate::store::pipelines::PipelineRow;
 
 /// Search kinds of the request's `type`.
@@ -173,7 +173,7 @@ pub struct QueryVector {
 pub struct Prefetched {
     pipeline_id: Uuid,
     context: ApiResult<Option<crate::store::pipelines::SearchContext>>,
-    connection: Option<PoolConnection<Postgres>>,
+    connection: Option<Connection>,
 }
 
 impl Prefetched {
@@ -215,10 +215,7 @@ pub async fn prefetch(state: &AppState, pipeline_id: Uuid) -> Prefetched {
 
 /// The connection a search statement runs on: the one kept from the context read, else one
 /// from the pool.
-async fn statement_connection(
-    state: &AppState,
-    kept: Option<PoolConnection<Postgres>>,
-) -> ApiResult<PoolConnection<Postgres>> {
+async fn statement_connection(state: &AppState, kept: Option<Connection>) -> ApiResult<Connection> {
     Ok(match kept {
         Some(connection) => connection,
         None => state.pool.acquire().await?,

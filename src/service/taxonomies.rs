@@ -4,14 +4,16 @@ use std::collections::HashSet;
 
 use poem_openapi::types::MaybeUndefined;
 use serde::Serialize;
-use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::metadata_schema::is_identifier;
 use super::validate_name;
-use crate::auth::license::License;
-use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
+use crate::auth::AuthContext;
+use crate::auth::license::check_license;
 use crate::error::{ApiError, ApiResult};
+use crate::license::License;
+use crate::metadata_schema::is_identifier;
+use crate::store::Pool;
 use crate::store::taxonomies::{self as store, EntryRow, Link, TaxonomyRow};
 
 /// Input of a taxonomy creation, already deserialized.
@@ -90,7 +92,7 @@ pub fn validate_link(link: &Link) -> ApiResult<()> {
 }
 
 /// Reads a taxonomy the caller can read; missing or unreadable are both 404.
-pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<TaxonomyRow> {
+pub async fn get_readable(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<TaxonomyRow> {
     if !auth.can_read(ObjectType::Taxonomies, id) {
         return Err(not_found(id));
     }
@@ -99,7 +101,7 @@ pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiRes
 
 /// Requires `needed` on a taxonomy: 404 when missing or unreadable, 403 for another bit.
 pub async fn require(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
     needed: AccessLevel,
@@ -111,13 +113,13 @@ pub async fn require(
 
 /// Creates a taxonomy: W on the type (403), the license, the name (400), uniqueness (409).
 pub async fn create(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     input: NewTaxonomy,
 ) -> ApiResult<TaxonomyRow> {
     auth.require_type(ObjectType::Taxonomies, AccessLevel::WRITE)?;
-    license.check(pool, Some(ObjectType::Taxonomies)).await?;
+    check_license(license, pool, Some(ObjectType::Taxonomies)).await?;
     validate_name(&input.name)?;
     Ok(store::insert(
         pool,
@@ -130,14 +132,14 @@ pub async fn create(
 
 /// Changes a taxonomy's name or description.
 pub async fn update(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
     change: TaxonomyChange,
 ) -> ApiResult<TaxonomyRow> {
     let current = require(pool, auth, id, AccessLevel::WRITE).await?;
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
     let name = match change.name {
         MaybeUndefined::Value(name) => name,
         MaybeUndefined::Null | MaybeUndefined::Undefined => current.name,
@@ -154,7 +156,7 @@ pub async fn update(
 }
 
 /// Deletes a taxonomy with its entries and the permission entries on it.
-pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     require(pool, auth, id, AccessLevel::WRITE).await?;
     if store::delete(pool, id).await? {
         Ok(())
@@ -167,14 +169,14 @@ pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()
 /// anything is written. Links stored anywhere already, and repeats inside the request, are
 /// skipped with the taxonomy holding them.
 pub async fn add_entries(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
     links: Vec<Link>,
 ) -> ApiResult<AddedEntries> {
     require(pool, auth, id, AccessLevel::WRITE).await?;
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
     for link in &links {
         validate_link(link)?;
     }
@@ -217,7 +219,7 @@ pub async fn add_entries(
 
 /// Removes links this taxonomy holds; links it does not hold are ignored.
 pub async fn remove_entries(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
     links: Vec<Link>,

@@ -2,14 +2,16 @@
 
 use poem_openapi::types::MaybeUndefined;
 use serde_json::{Map, Value};
-use sqlx::PgPool;
 use trove_text::SplitterConfig;
 use uuid::Uuid;
 
 use super::validate_name;
-use crate::auth::license::License;
-use crate::auth::{AccessLevel, AuthContext, ObjectType};
+use crate::access::{AccessLevel, ObjectType};
+use crate::auth::AuthContext;
+use crate::auth::license::check_license;
 use crate::error::{ApiError, ApiResult};
+use crate::license::License;
+use crate::store::Pool;
 use crate::store::text_splitters::{self as store, ProviderRow, SplitterRow};
 
 /// Input of a splitter creation, already deserialized.
@@ -55,7 +57,7 @@ pub fn validated_parameters(provider: &str, parameters: &Value) -> ApiResult<Val
 
 /// Reads a provider the caller can read; missing or unreadable are both 404.
 pub async fn get_provider_readable(
-    pool: &PgPool,
+    pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
 ) -> ApiResult<ProviderRow> {
@@ -68,7 +70,7 @@ pub async fn get_provider_readable(
 }
 
 /// Reads a splitter the caller can read; missing or unreadable are both 404.
-pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<SplitterRow> {
+pub async fn get_readable(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<SplitterRow> {
     if !auth.can_read(ObjectType::TextSplitters, id) {
         return Err(splitter_not_found(id));
     }
@@ -80,7 +82,7 @@ pub async fn get_readable(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiRes
 /// Creates a splitter: W on the type (403) and W on the provider (404 `Text Splitter not
 /// found`), then the license, then name, provider and parameters (400), then uniqueness (409).
 pub async fn create(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     input: NewSplitter,
@@ -98,7 +100,7 @@ pub async fn create(
             id: None,
         });
     }
-    license.check(pool, Some(ObjectType::TextSplitters)).await?;
+    check_license(license, pool, Some(ObjectType::TextSplitters)).await?;
     validate_name(&input.name)?;
     let parameters = Value::Object(input.parameters.unwrap_or_default());
     let parameters = validated_parameters(&input.provider, &parameters)?;
@@ -115,7 +117,7 @@ pub async fn create(
 
 /// Changes a splitter's name, description or parameters (re-validated against its provider).
 pub async fn update(
-    pool: &PgPool,
+    pool: &Pool,
     license: &License,
     auth: &AuthContext,
     id: Uuid,
@@ -123,7 +125,7 @@ pub async fn update(
 ) -> ApiResult<SplitterRow> {
     let current = get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::TextSplitters, id, AccessLevel::WRITE)?;
-    license.check(pool, None).await?;
+    check_license(license, pool, None).await?;
 
     let name = match change.name {
         MaybeUndefined::Value(name) => name,
@@ -147,7 +149,7 @@ pub async fn update(
 
 /// Deletes a splitter unless a pipeline's default or a pending version's override uses it
 /// (409 `Conflict related error`).
-pub async fn delete(pool: &PgPool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
+pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::TextSplitters, id, AccessLevel::WRITE)?;
     // A splitter still referenced is a restrict violation: 409 `Conflict related error`.

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::auth::{AccessLevel, ObjectType, PermissionEntry};
+use crate::access::{AccessLevel, ObjectType, PermissionEntry};
 use crate::time::rfc3339;
 
 /// An API key as the API shows it (never with its secret hash).

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::ObjectType;
+use crate::access::ObjectType;
 use crate::time::rfc3339;
 
 /// An embedding provider as the API shows it.

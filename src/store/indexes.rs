@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
-use crate::service::metadata_schema::{self, is_identifier};
+use crate::metadata_schema::{self, is_identifier};
 use crate::time::rfc3339;
 
 /// A metadata index.

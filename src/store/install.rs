@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
+use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::config::MasterKey;
 use crate::crypto::hash_key_secret;
 

@@ -470,3 +470,12 @@ pub async fn text_splitter_exists(pool: &PgPool, id: Uuid) -> Result<bool, sqlx:
         .fetch_one(pool)
         .await
 }
+
+/// Sets `updated_at` of a pipeline whose classifications changed.
+pub async fn touch(conn: &mut PgConnection, pipeline_id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE pipelines SET updated_at = now() WHERE id = $1")
+        .bind(pipeline_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

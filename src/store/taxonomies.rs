@@ -6,11 +6,12 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
+use sea_query_sqlx::SqlxBinder;
 use serde::{Deserialize, Serialize};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::auth::ObjectType;
+use crate::access::ObjectType;
 use crate::time::rfc3339;
 
 /// A taxonomy as the API shows it.
@@ -353,4 +354,17 @@ pub fn entry_list_base(taxonomy_id: Uuid) -> SelectStatement {
         )
         .and_where(Expr::col((table, Alias::new("taxonomy_id"))).eq(taxonomy_id));
     select
+}
+
+/// Runs a `$teq` expansion statement (`trove_query::filter::teq_expansion_query`): the links
+/// reachable from the filter's starting values, as `(start field, start value, field, value,
+/// …)` rows for `TeqExpansions::from_rows`.
+pub async fn expansion_rows(
+    pool: &PgPool,
+    query: sea_query::WithQuery,
+) -> Result<Vec<(String, String, String, String, String)>, sqlx::Error> {
+    let (sql, values) = query.build_sqlx(sea_query::PostgresQueryBuilder);
+    sqlx::query_as_with(AssertSqlSafe(sql), values)
+        .fetch_all(pool)
+        .await
 }

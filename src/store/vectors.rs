@@ -11,6 +11,8 @@ use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo};
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 use uuid::Uuid;
 
+pub use crate::config::HnswParams;
+
 /// A vector bound as a parameter of pgvector's `vector` type, in its binary form (the
 /// dimension and a reserved zero as `int16`, then the values as big-endian `float4`).
 ///
@@ -50,72 +52,13 @@ pub fn table_name(vector_embedding_id: Uuid) -> String {
     format!("vectors_{}", vector_embedding_id.simple())
 }
 
-/// The build parameters of an association's HNSW index: `m`, the links a vector keeps per
-/// layer (twice that on the bottom layer), and `ef_construction`, the candidate list searched
-/// to choose them. Larger values give a better graph (higher recall at the same search cost)
-/// and cost more per stored vector; they are fixed when the index is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HnswParams {
-    m: u32,
-    ef_construction: u32,
-}
-
-impl HnswParams {
-    /// Trove's defaults: `m` 10 (pgvector's is 16) and pgvector's `ef_construction` 64. On
-    /// the benchmarks (384-dimension vectors), `m` 10 stores vectors about a quarter faster
-    /// (keeping a neighbour's list up to date costs with the square of its length) and, with
-    /// the longer candidate list searches then set ([`crate::retrieval::search::SESSION_EF_SEARCH`]),
-    /// finds the same neighbours as `m` 16 in the same time at 100,000 vectors; see the README's
-    /// benchmark section.
-    pub const DEFAULT: Self = Self {
-        m: 10,
-        ef_construction: 64,
-    };
-
-    /// Checked parameters: `m` 2–100, `ef_construction` 4–1000 and at least `2 × m`
-    /// (pgvector's own bounds).
-    pub fn new(m: u32, ef_construction: u32) -> Result<Self, String> {
-        Self::check_m(m)?;
-        if !(4..=1000).contains(&ef_construction) || ef_construction < 2 * m {
-            return Err(format!(
-                "ef_construction must be from 4 to 1000 and at least 2 × m ({}), got {ef_construction}",
-                2 * m
-            ));
-        }
-        Ok(Self { m, ef_construction })
-    }
-
-    /// Checks `m` alone (2–100): with a valid `m`, [`Self::new`] can only refuse
-    /// `ef_construction`.
-    pub fn check_m(m: u32) -> Result<(), String> {
-        if (2..=100).contains(&m) {
-            Ok(())
-        } else {
-            Err(format!("m must be from 2 to 100, got {m}"))
-        }
-    }
-
-    pub fn m(self) -> u32 {
-        self.m
-    }
-
-    pub fn ef_construction(self) -> u32 {
-        self.ef_construction
-    }
-}
-
-impl Default for HnswParams {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
-
 /// The DDL of an association's HNSW index (cosine distance, the default strategy) on `table`.
 pub fn hnsw_index_sql(table: &str, params: HnswParams) -> String {
     format!(
         "CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) \
          WITH (m = {}, ef_construction = {})",
-        params.m, params.ef_construction
+        params.m(),
+        params.ef_construction()
     )
 }
 

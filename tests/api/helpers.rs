@@ -26,7 +26,7 @@ pub struct TestApp {
     pub database: String,
     pub queue: QueueNames,
     /// The application's shared state (to drive a worker step by step).
-    pub state: trove::startup::AppState,
+    pub state: trove::state::AppState,
 }
 
 /// A response: status, headers and body (JSON when it parses, else a string).
@@ -632,7 +632,7 @@ impl TestApp {
 
     /// A worker on this app's queue and database.
     pub async fn worker(&self) -> trove::ingest::worker::Worker {
-        trove::ingest::worker::Worker::from_state(&self.state)
+        trove::startup::build_worker(&self.state)
             .await
             .expect("worker")
     }

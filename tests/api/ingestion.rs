@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use trove::ingest::worker::Worker;
 
 use crate::helpers::{AppOptions, TestApp, spawn_app_with};
 
@@ -48,7 +47,9 @@ async fn create_pipeline(app: &TestApp, extra: Value) -> Value {
 }
 
 async fn step(app: &TestApp) -> trove::ingest::worker::StepOutcome {
-    let worker = Worker::from_state(&app.state).await.expect("worker");
+    let worker = trove::startup::build_worker(&app.state)
+        .await
+        .expect("worker");
     worker.step(Duration::from_millis(300)).await.expect("step")
 }
 

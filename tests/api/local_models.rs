@@ -10,7 +10,6 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use trove::ingest::worker::Worker;
 
 use crate::helpers::{AppOptions, TestApp, assert_error, spawn_app, spawn_app_with, str_of};
 
@@ -295,7 +294,7 @@ async fn the_sidecar_embeds_and_tokenizes_with_its_local_models() {
 
     let pid = token_pipeline(&app).await;
     let doc = app.submit_text(&pid, "pieces", PIECES).await;
-    let outcome = Worker::from_state(&app.state)
+    let outcome = trove::startup::build_worker(&app.state)
         .await
         .expect("worker")
         .step(Duration::from_millis(300))

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use trove::ingest::worker::Worker;
 
 use crate::helpers::{AppOptions, TestApp, spawn_app_with};
 
@@ -84,7 +83,7 @@ async fn searchable_app() -> (TestApp, String) {
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
-    let worker = Worker::from_state(&app.state).await.unwrap();
+    let worker = trove::startup::build_worker(&app.state).await.unwrap();
     let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
     assert_eq!(outcome.stored, DOCS.len(), "{outcome:?}");
     (app, pid)
@@ -391,7 +390,7 @@ async fn no_classification_leaks_across_random_hierarchies() {
         .await
         .body["data"][0]["id"]
         .clone();
-    let worker = Worker::from_state(&app.state).await.unwrap();
+    let worker = trove::startup::build_worker(&app.state).await.unwrap();
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = |bound: u64| {
         seed ^= seed << 13;
@@ -619,7 +618,7 @@ async fn every_connection_searches_with_iterative_scans() {
     .await
     .unwrap();
     assert_eq!(scan, "relaxed_order");
-    assert_eq!(ef, trove::retrieval::search::SESSION_EF_SEARCH.to_string());
+    assert_eq!(ef, trove::store::SESSION_EF_SEARCH.to_string());
 }
 
 /// A search whose scope the planner expects few fragments in (here a metadata filter)

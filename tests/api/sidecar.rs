@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use trove::ingest::worker::Worker;
 
 use crate::helpers::{AppOptions, TestApp, spawn_app_with};
 
@@ -63,7 +62,7 @@ async fn workers_split_through_the_sidecar() {
     let text = paragraphs.join("\n\n");
     let (pid, doc) = pipeline_with_document(&app, &text).await;
 
-    let worker = Worker::from_state(&app.state).await.unwrap();
+    let worker = trove::startup::build_worker(&app.state).await.unwrap();
     let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
     assert_eq!(outcome.stored, 1, "{outcome:?}");
 
@@ -91,7 +90,7 @@ async fn an_unreachable_sidecar_fails_the_group_and_keeps_the_document_pending()
     let port = free_port();
     let app = app_with_sidecar(format!("http://127.0.0.1:{port}")).await;
     let (pid, doc) = pipeline_with_document(&app, "some text").await;
-    let worker = Worker::from_state(&app.state).await.unwrap();
+    let worker = trove::startup::build_worker(&app.state).await.unwrap();
     let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
     assert_eq!(outcome.failed, 1, "{outcome:?}");
     let read = app.get(&format!("/pipelines/{pid}/documents/{doc}")).await;

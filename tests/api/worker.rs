@@ -9,7 +9,8 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use trove::ingest::queue::Job;
-use trove::ingest::worker::{StepOutcome, Worker, sweep};
+use trove::ingest::worker::{StepOutcome, Worker};
+use trove::store::ingestion::fail_stale_pending as sweep;
 use uuid::Uuid;
 
 use crate::helpers::{

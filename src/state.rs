@@ -1,0 +1,65 @@
+//! The state every request shares: the database, the queue, the providers and the settings.
+//! Transports and services read it; the worker is built from its parts.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::crypto::at_rest::Cipher;
+use crate::ingest::queue::Queue;
+use crate::metrics::ApiMetrics;
+use crate::providers::embedding::EmbedderCache;
+use crate::providers::sidecar_client::SidecarClient;
+use crate::providers::splitting::TextSplitting;
+use crate::retrieval::estimates::ScopeEstimates;
+use crate::store::Pool;
+
+/// State shared by every request.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: Pool,
+    pub config: Arc<Config>,
+    pub metrics: ApiMetrics,
+    pub queue: Queue,
+    /// AES-256-GCM for data at rest, keyed by `TROVE_SECRET`.
+    pub cipher: Cipher,
+    /// Embedders of stored models (local models loaded once).
+    pub embedders: EmbedderCache,
+    /// Where texts are split (in process, or the sidecar).
+    pub splitting: TextSplitting,
+    /// The planner's estimates of search scopes, reused for a minute.
+    pub scope_estimates: Arc<ScopeEstimates>,
+}
+
+impl AppState {
+    /// Assembles the state; the sidecar client (when configured) is shared by embedders and
+    /// splitting.
+    pub fn new(pool: Pool, config: Config, queue: Queue) -> Result<Self, StateError> {
+        let sidecar = match &config.sidecar_url {
+            Some(url) => Some(SidecarClient::new(url).map_err(StateError::Sidecar)?),
+            None => None,
+        };
+        let cipher = Cipher::new(config.secret.expose());
+        let embedders = EmbedderCache::new(&config, sidecar.clone());
+        let splitting = match sidecar {
+            Some(client) => TextSplitting::Sidecar(client),
+            None => TextSplitting::InProcess(embedders.local_models().clone()),
+        };
+        Ok(Self {
+            pool,
+            config: Arc::new(config),
+            metrics: ApiMetrics::new(),
+            queue,
+            cipher,
+            embedders,
+            splitting,
+            scope_estimates: Arc::default(),
+        })
+    }
+}
+
+/// Why the state could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("TROVE_SIDECAR_URL: {0}")]
+    Sidecar(String),
+}

@@ -1,0 +1,312 @@
+//! The worker's reads and writes: the pipeline of a group, the group's versions with their
+//! texts, the set-based store of a group in one transaction, and the sweep of versions pending
+//! too long.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Pool, vectors};
+
+/// What the worker needs of a group's pipeline.
+#[derive(Debug, sqlx::FromRow)]
+pub struct PipelineForWork {
+    pub default_text_splitter_id: Uuid,
+    pub has_full_text_search: bool,
+    /// The pipeline's vector embedding (association), if it has a model.
+    pub ve_id: Option<Uuid>,
+    pub embedding_model_id: Option<Uuid>,
+    pub dimensions: Option<i32>,
+}
+
+/// The pipeline of a group; `None` once it has been deleted.
+pub async fn pipeline_for_work(
+    pool: &Pool,
+    pipeline_id: Uuid,
+) -> Result<Option<PipelineForWork>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT p.default_text_splitter_id, p.has_full_text_search, ve.id AS ve_id, ve.embedding_model_id,
+                ve.dimensions
+         FROM pipelines p LEFT JOIN vector_embeddings ve ON ve.pipeline_id = p.id
+         WHERE p.id = $1",
+    )
+    .bind(pipeline_id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// A version named by a job, as stored now.
+#[derive(Debug, sqlx::FromRow)]
+pub struct JobVersion {
+    pub id: Uuid,
+    pub version: i64,
+    pub status: String,
+    pub classification: String,
+    pub metadata: Value,
+    pub text_splitter_id: Option<Uuid>,
+    pub expired_at: Option<DateTime<Utc>>,
+    pub expire_older_versions: bool,
+    /// The document has older versions.
+    pub has_older: bool,
+    /// The encrypted raw text, until the version is processed.
+    pub text: Option<Vec<u8>>,
+}
+
+/// The versions `(ids[i], versions[i])` that still exist, in one statement.
+pub async fn job_versions(
+    pool: &Pool,
+    ids: &[Uuid],
+    versions: &[i64],
+) -> Result<Vec<JobVersion>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT d.id, d.version, d.status, d.classification, d.metadata, d.text_splitter_id, d.expired_at,
+                d.expire_older_versions,
+                EXISTS (SELECT 1 FROM documents o WHERE o.id = d.id AND o.version < d.version) AS has_older,
+                t.text
+         FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+         JOIN documents d ON d.id = j.id AND d.version = j.version
+         LEFT JOIN document_texts t ON t.document_id = d.id AND t.version = d.version",
+    )
+    .bind(ids)
+    .bind(versions)
+    .fetch_all(pool)
+    .await
+}
+
+/// A text splitter's provider and parameters.
+pub async fn splitter(pool: &Pool, id: Uuid) -> Result<Option<(String, Value)>, sqlx::Error> {
+    sqlx::query_as("SELECT provider, parameters FROM text_splitters WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// One fragment ready to store.
+#[derive(Debug)]
+pub struct NewFragment<'a> {
+    /// The text, encrypted.
+    pub content: Vec<u8>,
+    /// The plain text and its text search configuration, for the full-text vector (`None`
+    /// without full-text search).
+    pub full_text: Option<(&'a str, &'static str)>,
+}
+
+/// A processed version ready to store.
+#[derive(Debug)]
+pub struct ProcessedVersion<'a> {
+    pub document_id: Uuid,
+    pub version: i64,
+    pub classification: &'a str,
+    pub metadata: &'a Value,
+    pub expired_at: Option<DateTime<Utc>>,
+    /// Older versions expire with this one's success.
+    pub expires_older: bool,
+    pub fragments: Vec<NewFragment<'a>>,
+    /// The fragments' vectors, concatenated (empty without an embedding model).
+    pub vectors: &'a [f32],
+}
+
+/// Where a group's vectors go: the association and its dimension.
+#[derive(Debug, Clone, Copy)]
+pub struct VectorTable {
+    pub vector_embedding_id: Uuid,
+    pub dimensions: i32,
+}
+
+/// Stores a group's versions in one transaction with a fixed number of statements: only the
+/// versions still `pending` (locked first) are stored, so a job delivered twice never
+/// duplicates fragments. Returns, per version, whether it was stored.
+pub async fn store_group(
+    pool: &Pool,
+    pipeline_id: Uuid,
+    vector_table: Option<VectorTable>,
+    versions: &[ProcessedVersion<'_>],
+) -> Result<Vec<bool>, sqlx::Error> {
+    if versions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tx = pool.begin().await?;
+    let (ids, numbers): (Vec<Uuid>, Vec<i64>) =
+        versions.iter().map(|v| (v.document_id, v.version)).unzip();
+    let pending: Vec<(Uuid, i64)> = sqlx::query_as(
+        "SELECT d.id, d.version FROM documents d
+         JOIN unnest($1::uuid[], $2::bigint[]) AS j (id, version) ON d.id = j.id AND d.version = j.version
+         WHERE d.status = 'pending' FOR UPDATE OF d",
+    )
+    .bind(&ids)
+    .bind(&numbers)
+    .fetch_all(&mut *tx)
+    .await?;
+    let stored: Vec<bool> = versions
+        .iter()
+        .map(|v| pending.contains(&(v.document_id, v.version)))
+        .collect();
+
+    let fragments = FragmentColumns::of(versions, &stored);
+    if !fragments.ids.is_empty() {
+        sqlx::query(
+            "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
+                                    content, expired_at, tsv)
+             SELECT u.id, $1, u.document_id, u.version, u.order_id, u.classification, u.metadata, u.content,
+                    u.expired_at,
+                    CASE WHEN u.txt IS NULL THEN NULL
+                         ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
+             FROM unnest($2::uuid[], $3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::jsonb[], $8::bytea[],
+                         $9::timestamptz[], $10::text[], $11::text[])
+                  AS u (id, document_id, version, order_id, classification, metadata, content, expired_at, txt, cfg)",
+        )
+        .bind(pipeline_id)
+        .bind(&fragments.ids)
+        .bind(&fragments.document_ids)
+        .bind(&fragments.versions)
+        .bind(&fragments.order_ids)
+        .bind(&fragments.classifications)
+        .bind(&fragments.metadata)
+        .bind(&fragments.contents)
+        .bind(&fragments.expired)
+        .bind(&fragments.texts)
+        .bind(&fragments.configs)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(table) = vector_table
+            && !fragments.vectors.is_empty()
+        {
+            vectors::insert(
+                &mut tx,
+                table.vector_embedding_id,
+                table.dimensions,
+                &fragments.ids,
+                &fragments.vectors,
+            )
+            .await?;
+        }
+    }
+    let (done_ids, done_versions): (Vec<Uuid>, Vec<i64>) = pending.iter().copied().unzip();
+    sqlx::query(
+        "UPDATE documents d SET status = 'success', updated_at = now()
+         FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version) WHERE d.id = j.id AND d.version = j.version",
+    )
+    .bind(&done_ids)
+    .bind(&done_versions)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "DELETE FROM document_texts t USING unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+         WHERE t.document_id = j.id AND t.version = j.version",
+    )
+    .bind(&done_ids)
+    .bind(&done_versions)
+    .execute(&mut *tx)
+    .await?;
+    expire_older_versions(&mut tx, versions, &stored).await?;
+    tx.commit().await?;
+    Ok(stored)
+}
+
+/// Older versions expire now that their successor succeeded.
+async fn expire_older_versions(
+    tx: &mut sqlx::PgConnection,
+    versions: &[ProcessedVersion<'_>],
+    stored: &[bool],
+) -> Result<(), sqlx::Error> {
+    let (ids, numbers): (Vec<Uuid>, Vec<i64>) = versions
+        .iter()
+        .zip(stored)
+        .filter(|(v, keep)| **keep && v.expires_older)
+        .map(|(v, _)| (v.document_id, v.version))
+        .unzip();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE documents d SET expired_at = now(), updated_at = now()
+         FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+         WHERE d.id = j.id AND d.version < j.version AND d.expired_at IS NULL",
+    )
+    .bind(&ids)
+    .bind(&numbers)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE fragments f SET expired_at = now()
+         FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+         WHERE f.document_id = j.id AND f.version < j.version AND f.expired_at IS NULL",
+    )
+    .bind(&ids)
+    .bind(&numbers)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// The fragments of the stored versions as parallel arrays, for one `unnest` insert.
+#[derive(Default)]
+struct FragmentColumns<'a> {
+    ids: Vec<Uuid>,
+    document_ids: Vec<Uuid>,
+    versions: Vec<i64>,
+    order_ids: Vec<i32>,
+    classifications: Vec<&'a str>,
+    metadata: Vec<&'a Value>,
+    contents: Vec<&'a [u8]>,
+    expired: Vec<Option<DateTime<Utc>>>,
+    texts: Vec<Option<&'a str>>,
+    configs: Vec<&'static str>,
+    vectors: Vec<f32>,
+}
+
+impl<'a> FragmentColumns<'a> {
+    fn of(versions: &'a [ProcessedVersion<'a>], stored: &[bool]) -> Self {
+        let mut columns = Self::default();
+        for (v, keep) in versions.iter().zip(stored) {
+            if !keep {
+                continue;
+            }
+            for (order_id, fragment) in v.fragments.iter().enumerate() {
+                columns.ids.push(Uuid::now_v7());
+                columns.document_ids.push(v.document_id);
+                columns.versions.push(v.version);
+                columns
+                    .order_ids
+                    .push(i32::try_from(order_id).unwrap_or(i32::MAX));
+                columns.classifications.push(v.classification);
+                columns.metadata.push(v.metadata);
+                columns.contents.push(&fragment.content);
+                columns.expired.push(v.expired_at);
+                let (text, config) = match fragment.full_text {
+                    Some((text, config)) => (Some(text), config),
+                    None => (None, trove_text::language::SIMPLE),
+                };
+                columns.texts.push(text);
+                columns.configs.push(config);
+            }
+            columns.vectors.extend_from_slice(v.vectors);
+        }
+        columns
+    }
+}
+
+/// Versions still `pending` this long after submission become `failed`.
+pub const PENDING_LIMIT_HOURS: i64 = 24;
+
+/// Marks versions pending for more than 24 hours `failed` and drops their raw text; returns
+/// how many.
+pub async fn fail_stale_pending(pool: &Pool) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let failed: Vec<(Uuid, i64)> = sqlx::query_as(
+        "UPDATE documents SET status = 'failed', updated_at = now()
+         WHERE status = 'pending' AND created_at < now() - make_interval(hours => $1::int)
+         RETURNING id, version",
+    )
+    .bind(i32::try_from(PENDING_LIMIT_HOURS).unwrap_or(24))
+    .fetch_all(&mut *tx)
+    .await?;
+    let (ids, versions): (Vec<Uuid>, Vec<i64>) = failed.iter().copied().unzip();
+    sqlx::query("DELETE FROM document_texts t USING unnest($1::uuid[], $2::bigint[]) AS f (id, version) WHERE t.document_id = f.id AND t.version = f.version")
+        .bind(&ids)
+        .bind(&versions)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(failed.len() as u64)
+}
