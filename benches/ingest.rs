@@ -7,7 +7,7 @@
 //! `local`, the same fragments are then embedded by the model alone, in the worker's groups
 //! of 100 documents, and the ratio of the two times is printed).
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     reason = "a load tool: failures abort the run"

@@ -33,8 +33,7 @@
 //! (before the index build and each measurement, wait up to S seconds until other work
 //! leaves the CPUs under 15 % busy; 0), `--keep` (keep the database and print its name).
 
-#![allow(
-    clippy::unwrap_used,
+#![expect(
     clippy::expect_used,
     clippy::cast_possible_truncation,
     clippy::cast_precision_loss,

@@ -125,7 +125,7 @@ pub mod at_rest {
     }
 
     #[cfg(test)]
-    #[allow(clippy::unwrap_used)]
+    #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
     mod tests {
         use super::*;
 

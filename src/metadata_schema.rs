@@ -166,7 +166,6 @@ pub fn validate_metadata(schema: &Value, metadata: &Value) -> Result<(), ApiErro
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

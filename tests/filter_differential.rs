@@ -12,7 +12,7 @@
 //! strings as Rust does) and drops it at the end. `PROPTEST_CASES` overrides the number of
 //! filters (default 3000).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};

@@ -268,7 +268,7 @@ impl Visitor<'_> for SearchTypeVisitor {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
     use super::*;
     use sea_query::{PostgresQueryBuilder, Query};

@@ -35,7 +35,7 @@ pub fn decode_cursor(s: &str) -> Result<Cursor, ListQueryError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use serde_json::json;
 

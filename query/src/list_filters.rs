@@ -255,7 +255,6 @@ pub(crate) fn apply_filters(spec: &ListSpec, filters: &[FieldFilter], query: &mu
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use sea_query::{PostgresQueryBuilder, Query};
     use serde_json::json;

@@ -1,7 +1,7 @@
 //! Pass 1, the grammar: what parses into which AST, and the exact serde message (with line
 //! and column) of every grammar violation.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 mod filter_common;
 
@@ -487,7 +487,10 @@ fn duplicate_fields() {
 #[test]
 fn errors_report_their_position_in_a_larger_body() {
     #[derive(serde::Deserialize, Debug)]
-    #[allow(dead_code)]
+    #[expect(
+        dead_code,
+        reason = "shared test support: each test binary uses a part of it"
+    )]
     struct Body {
         query: String,
         filters: Option<Filter>,

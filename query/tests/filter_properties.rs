@@ -2,7 +2,7 @@
 //! nothing panics, and no value ever reaches the SQL text (every one is a bound parameter).
 //! The comparison with Postgres itself is the root package's `tests/filter_differential.rs`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 mod filter_common;
 

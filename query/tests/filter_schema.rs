@@ -3,7 +3,7 @@
 //! null, `year` integer, `price` number or null, `draft` boolean, `author` object, `weird`
 //! without a type.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 mod filter_common;
 

@@ -2,7 +2,7 @@
 //! text and bound values), stored in the workspace's top-level `snapshots/` folder as
 //! `filter_*.snap`. The schema is `filter_common::schema()`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 mod filter_common;
 

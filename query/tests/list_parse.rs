@@ -1,7 +1,7 @@
 //! `parse_list_query` and `finish_page`: the query-string contract of list operations
 //! (interface §List operations, addendum §4).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! Snapshots of the SQL of list pages (PostgreSQL text and bound values), stored in the
 //! workspace's top-level `snapshots/` folder.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 mod common;
 

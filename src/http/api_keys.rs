@@ -8,7 +8,7 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
+use trove_query::list::parse_list_query;
 use uuid::Uuid;
 
 use super::ApiTags;
@@ -16,73 +16,7 @@ use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
 use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
-use crate::service::api_keys::{self as service, EntryChange, KeyChange, NewKey};
-use crate::store;
-
-/// Fields of the API key list (addendum §4).
-pub const API_KEY_LIST: ListSpec = ListSpec {
-    table: "api_keys",
-    fields: &[
-        FieldSpec {
-            name: "id",
-            column: "id",
-            kind: FieldKind::Uuid,
-            nullable: false,
-            filters: FilterOps::EQ,
-            sortable: true,
-        },
-        FieldSpec {
-            name: "name",
-            column: "name",
-            kind: FieldKind::Text,
-            nullable: false,
-            filters: FilterOps::TEXT_ALL,
-            sortable: true,
-        },
-        FieldSpec {
-            name: "description",
-            column: "description",
-            kind: FieldKind::Text,
-            nullable: true,
-            filters: FilterOps::EQ_CONTAINS,
-            sortable: false,
-        },
-        FieldSpec {
-            name: "active",
-            column: "active",
-            kind: FieldKind::Bool,
-            nullable: false,
-            filters: FilterOps::EQ,
-            sortable: false,
-        },
-        FieldSpec {
-            name: "expiration",
-            column: "expiration",
-            kind: FieldKind::Timestamp,
-            nullable: true,
-            filters: FilterOps::EQ_COMPARE,
-            sortable: true,
-        },
-        FieldSpec {
-            name: "created_at",
-            column: "created_at",
-            kind: FieldKind::Timestamp,
-            nullable: false,
-            filters: FilterOps::EQ_COMPARE,
-            sortable: true,
-        },
-        FieldSpec {
-            name: "updated_at",
-            column: "updated_at",
-            kind: FieldKind::Timestamp,
-            nullable: false,
-            filters: FilterOps::EQ_COMPARE,
-            sortable: true,
-        },
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
-};
+use crate::service::api_keys::{self as service, ApiKeyRow, EntryChange, KeyChange, NewKey};
 
 /// Deserializes a permission value: an integer 0..=7 (else 422 with serde's reason).
 fn de_level<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
@@ -193,16 +127,9 @@ impl ApiKeysApi {
     #[oai(path = "/api-keys", method = "get")]
     async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&API_KEY_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base = store::api_keys::list_base(auth.0.readable_ids(ObjectType::ApiKeys));
-        let envelope = store::listing::list::<store::api_keys::ApiKeyRow>(
-            &state.pool,
-            &API_KEY_LIST,
-            &request,
-            base,
-        )
-        .await?;
+        let request = parse_list_query(&service::API_KEY_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list(&state.pool, &auth.0, &request).await?;
         Ok(Json(ListEnvelope {
             data: envelope.data,
             page_info: Value::Object(envelope.page_info),
@@ -256,7 +183,7 @@ impl ApiKeysApi {
         auth: Auth,
         api_key_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
+    ) -> poem::Result<Json<ApiKeyRow>> {
         let state = state(req)?;
         Ok(Json(
             service::get_readable(&state.pool, &auth.0, api_key_id.0).await?,
@@ -275,7 +202,7 @@ impl ApiKeysApi {
         api_key_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateApiKeyBody>,
-    ) -> poem::Result<Json<store::api_keys::ApiKeyRow>> {
+    ) -> poem::Result<Json<ApiKeyRow>> {
         let state = state(req)?;
         let body = body.0;
         let change = KeyChange {

@@ -3,8 +3,8 @@
 use poem::Request;
 use poem_openapi::{Object, OpenApi};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
+use serde_json::{Value, json};
+use trove_query::list::parse_list_query;
 use uuid::Uuid;
 
 use super::ApiTags;
@@ -12,61 +12,8 @@ use super::api_keys::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, OkOrNoContent};
 use crate::error::{ApiError, ApiResult};
-use crate::service::documents::{self as service, NewDocument};
+use crate::service::documents::{self as service, NewDocument, VersionRow};
 use crate::state::AppState;
-use crate::store;
-use crate::store::documents::{FragmentRow, VersionRow};
-use crate::time::rfc3339;
-
-/// Fields of the document list (interface §Pipelines…, addendum §4).
-pub const DOCUMENT_LIST: ListSpec = ListSpec {
-    table: "documents",
-    fields: &[
-        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        FieldSpec::new("status", FieldKind::Text, false, FilterOps::EQ, false),
-        FieldSpec::new(
-            "classification",
-            FieldKind::Text,
-            false,
-            FilterOps::EQ,
-            true,
-        ),
-        FieldSpec::new(
-            "external_identifier",
-            FieldKind::Text,
-            false,
-            FilterOps::EQ_CONTAINS,
-            true,
-        ),
-        FieldSpec::new(
-            "created_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::EQ_COMPARE,
-            true,
-        ),
-        FieldSpec::new(
-            "updated_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::EQ_COMPARE,
-            true,
-        ),
-    ],
-    echo_unset_filters: false,
-    default_order: &["id", "created_at"],
-};
-
-/// Fields of the fragment list of a version.
-pub const FRAGMENT_LIST: ListSpec = ListSpec {
-    table: "fragments",
-    fields: &[
-        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::NONE, true),
-        FieldSpec::new("order_id", FieldKind::Integer, false, FilterOps::NONE, true),
-    ],
-    echo_unset_filters: false,
-    default_order: &["order_id"],
-};
 
 /// Body of `POST /pipelines/{pipeline_id}/documents`.
 #[derive(Debug, Object, Deserialize)]
@@ -112,7 +59,7 @@ pub struct FragmentIdsBody {
     ids: Vec<Uuid>,
 }
 
-/// A fragment (schema only; objects are built by [`fragment_object`]).
+/// A fragment (schema only; objects are built by [`service::fragment_object`]).
 #[derive(Debug, Object)]
 pub struct Fragment {
     id: Uuid,
@@ -125,37 +72,6 @@ pub struct Fragment {
     embedding: Option<Vec<f32>>,
     score: Option<f64>,
     order_id: i32,
-}
-
-/// The API object of a fragment: text decrypted, `page_content` absent when empty.
-pub fn fragment_object(
-    state: &AppState,
-    row: FragmentRow,
-    embedding: Option<Vec<f32>>,
-) -> ApiResult<Value> {
-    let text = state
-        .cipher
-        .decrypt_text(&row.content)
-        .map_err(|_| ApiError::Decryption)?;
-    let mut object = Map::new();
-    object.insert("id".to_owned(), json!(row.id));
-    object.insert("classification".to_owned(), json!(row.classification));
-    object.insert("metadata".to_owned(), row.metadata);
-    object.insert("document_id".to_owned(), json!(row.document_id));
-    if !text.is_empty() {
-        object.insert("page_content".to_owned(), json!(text));
-    }
-    object.insert("version".to_owned(), json!(row.version));
-    object.insert(
-        "expired_at".to_owned(),
-        json!(row.expired_at.as_ref().map(rfc3339::format)),
-    );
-    if let Some(embedding) = embedding {
-        object.insert("embedding".to_owned(), json!(embedding));
-    }
-    object.insert("score".to_owned(), Value::Null);
-    object.insert("order_id".to_owned(), json!(row.order_id));
-    Ok(Value::Object(object))
 }
 
 /// Reads an optional integer query parameter (`version`, `as_of`).
@@ -198,26 +114,6 @@ fn bool_param(query: Option<&str>, name: &str) -> ApiResult<bool> {
         });
     }
     Ok(found.unwrap_or(false))
-}
-
-/// Fragments as objects, with embeddings when asked and the pipeline has a model.
-async fn fragment_objects(
-    state: &AppState,
-    vector_embedding_id: Option<Uuid>,
-    rows: Vec<FragmentRow>,
-    include_embedding: bool,
-) -> ApiResult<Vec<Value>> {
-    let mut embeddings = std::collections::HashMap::new();
-    if include_embedding && let Some(ve) = vector_embedding_id {
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        embeddings.extend(store::documents::embeddings(&state.pool, ve, &ids).await?);
-    }
-    rows.into_iter()
-        .map(|row| {
-            let embedding = embeddings.remove(&row.id);
-            fragment_object(state, row, embedding)
-        })
-        .collect()
 }
 
 async fn submit(
@@ -289,8 +185,8 @@ impl DocumentsApi {
     ) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
         let query = req.uri().query();
-        let mut request =
-            parse_list_query(&DOCUMENT_LIST, query, &["metadata"]).map_err(ApiError::from)?;
+        let request = parse_list_query(&service::DOCUMENT_LIST, query, &["metadata"])
+            .map_err(ApiError::from)?;
         // The metadata filter language, URL-encoded JSON; grammar errors are query-string
         // errors (400 plain text).
         let mut metadata = None;
@@ -305,24 +201,7 @@ impl DocumentsApi {
                 .map_err(|reason| ApiError::query_string(format!("metadata: {reason}")))?;
             metadata = Some((filter, value));
         }
-        let pipeline = service::pipeline_for_read(state, &auth.0, pipeline_id.0).await?;
-        let mut base = store::documents::list_base(pipeline_id.0);
-        if let Some((filter, raw)) = metadata {
-            let compiled = crate::service::filters::compile_for_pipeline(
-                state,
-                &pipeline,
-                &filter,
-                "documents",
-            )
-            .await?;
-            crate::service::filters::refuse_unconvertible(state, pipeline.id, &compiled, None)
-                .await?;
-            base.cond_where(compiled.condition);
-            let echoed = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
-            request.query_info.insert("metadata".to_owned(), echoed);
-        }
-        let envelope =
-            store::listing::list::<VersionRow>(&state.pool, &DOCUMENT_LIST, &request, base).await?;
+        let envelope = service::list(state, &auth.0, pipeline_id.0, request, metadata).await?;
         Ok(Json(ListEnvelope::from(envelope)))
     }
 
@@ -410,52 +289,22 @@ impl DocumentsApi {
         let query = req.uri().query();
         let version = integer_param(query, "version")?;
         let include_embedding = bool_param(query, "include_embedding")?;
-        let request = parse_list_query(&FRAGMENT_LIST, query, &["version", "include_embedding"])
-            .map_err(ApiError::from)?;
-        service::check_version(version)?;
-        let pipeline = service::pipeline_for_read(state, &auth.0, pipeline_id.0).await?;
-        let versions =
-            store::documents::read(&state.pool, pipeline_id.0, document_id.0, version, None)
-                .await
-                .map_err(ApiError::from)?;
-        let Some(selected) = versions.first() else {
-            return Err(service::not_found(document_id.0).into());
-        };
-        let base = store::documents::fragment_list_base(document_id.0, selected.version);
-        let vector_embedding = if include_embedding {
-            pipeline.ve_id
-        } else {
-            None
-        };
-        let mut envelope = store::listing::list_mapped(
-            &state.pool,
-            &FRAGMENT_LIST,
+        let request = parse_list_query(
+            &service::FRAGMENT_LIST,
+            query,
+            &["version", "include_embedding"],
+        )
+        .map_err(ApiError::from)?;
+        let envelope = service::fragments(
+            state,
+            &auth.0,
+            pipeline_id.0,
+            document_id.0,
+            version,
+            include_embedding,
             &request,
-            base,
-            |row: FragmentRow| fragment_object(state, row, None),
         )
         .await?;
-        if let Some(ve) = vector_embedding {
-            let ids: Vec<Uuid> = envelope
-                .data
-                .iter()
-                .filter_map(|f| f["id"].as_str()?.parse().ok())
-                .collect();
-            let embeddings: std::collections::HashMap<Uuid, Vec<f32>> =
-                store::documents::embeddings(&state.pool, ve, &ids)
-                    .await
-                    .map_err(ApiError::from)?
-                    .into_iter()
-                    .collect();
-            for fragment in &mut envelope.data {
-                let id = fragment["id"].as_str().and_then(|s| s.parse::<Uuid>().ok());
-                if let (Some(id), Some(object)) = (id, fragment.as_object_mut())
-                    && let Some(embedding) = embeddings.get(&id)
-                {
-                    object.insert("embedding".to_owned(), json!(embedding));
-                }
-            }
-        }
         Ok(Json(ListEnvelope::from(envelope)))
     }
 
@@ -480,7 +329,7 @@ impl DocumentsApi {
         }
         let include_embedding = bool_param(req.uri().query(), "include_embedding")?;
         Ok(Json(
-            by_id(state, &auth, pipeline_id.0, ids, include_embedding).await?,
+            service::fragments_by_id(state, &auth.0, pipeline_id.0, ids, include_embedding).await?,
         ))
     }
 
@@ -502,23 +351,8 @@ impl DocumentsApi {
         let state = state(req)?;
         let include_embedding = bool_param(req.uri().query(), "include_embedding")?;
         Ok(Json(
-            by_id(state, &auth, pipeline_id.0, body.0.ids, include_embedding).await?,
+            service::fragments_by_id(state, &auth.0, pipeline_id.0, body.0.ids, include_embedding)
+                .await?,
         ))
     }
-}
-
-async fn by_id(
-    state: &AppState,
-    auth: &Auth,
-    pipeline_id: Uuid,
-    ids: Vec<Uuid>,
-    include_embedding: bool,
-) -> ApiResult<Vec<Value>> {
-    let pipeline = service::pipeline_for_read(state, &auth.0, pipeline_id).await?;
-    let rows = store::documents::fragments_by_id(&state.pool, pipeline_id, &ids).await?;
-    let mut by_id: std::collections::HashMap<Uuid, FragmentRow> =
-        rows.into_iter().map(|r| (r.id, r)).collect();
-    // Request order; repeated ids appear once.
-    let ordered: Vec<FragmentRow> = ids.iter().filter_map(|id| by_id.remove(id)).collect();
-    fragment_objects(state, pipeline.ve_id, ordered, include_embedding).await
 }

@@ -8,66 +8,14 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
+use trove_query::list::parse_list_query;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
-use crate::access::ObjectType;
 use crate::error::ApiError;
-use crate::service::embedding_models::{self as service, ModelChange, NewModel};
-use crate::store;
-use crate::store::embedding::{ModelRow, ProviderRow};
-
-/// Fields of the embedding provider list (addendum §4): every filter is echoed in
-/// `query_info`, set or not (interface list rule 9).
-pub const PROVIDER_LIST: ListSpec = ListSpec {
-    table: "embedding_providers",
-    fields: &[
-        FieldSpec::ID,
-        FieldSpec::NAME,
-        FieldSpec::CREATED_AT,
-        FieldSpec::UPDATED_AT,
-    ],
-    echo_unset_filters: true,
-    default_order: &["id"],
-};
-
-/// Fields of the embedding model list (addendum §4).
-pub const MODEL_LIST: ListSpec = ListSpec {
-    table: "embedding_models",
-    fields: &[
-        FieldSpec::ID,
-        FieldSpec::NAME,
-        FieldSpec {
-            name: "description",
-            column: "description",
-            kind: FieldKind::Text,
-            nullable: true,
-            filters: FilterOps::EQ_CONTAINS,
-            sortable: false,
-        },
-        FieldSpec {
-            name: "provider",
-            column: "provider",
-            kind: FieldKind::Text,
-            nullable: false,
-            filters: FilterOps::EQ,
-            sortable: true,
-        },
-        FieldSpec {
-            name: "model_name",
-            column: "model_name",
-            kind: FieldKind::Text,
-            nullable: false,
-            filters: FilterOps::EQ_CONTAINS,
-            sortable: true,
-        },
-        FieldSpec::CREATED_AT,
-        FieldSpec::UPDATED_AT,
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
+use crate::service::embedding_models::{
+    self as service, ModelChange, ModelRow, NewModel, ProviderRow,
 };
 
 /// Body of `POST /embedding-models`.
@@ -131,14 +79,9 @@ impl EmbeddingApi {
     #[oai(path = "/embedding-providers", method = "get")]
     async fn list_providers(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&PROVIDER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base = store::embedding::providers_list_base(
-            auth.0.readable_ids(ObjectType::EmbeddingProviders),
-        );
-        let envelope =
-            store::listing::list::<ProviderRow>(&state.pool, &PROVIDER_LIST, &request, base)
-                .await?;
+        let request = parse_list_query(&service::PROVIDER_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list_providers(&state.pool, &auth.0, &request).await?;
         Ok(Json(ListEnvelope::from(envelope)))
     }
 
@@ -164,12 +107,9 @@ impl EmbeddingApi {
     #[oai(path = "/embedding-models", method = "get")]
     async fn list_models(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&MODEL_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base =
-            store::embedding::models_list_base(auth.0.readable_ids(ObjectType::EmbeddingModels));
-        let envelope =
-            store::listing::list::<ModelRow>(&state.pool, &MODEL_LIST, &request, base).await?;
+        let request = parse_list_query(&service::MODEL_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list_models(&state.pool, &auth.0, &request).await?;
         Ok(Json(ListEnvelope::from(envelope)))
     }
 

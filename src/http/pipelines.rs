@@ -5,73 +5,16 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
+use trove_query::list::parse_list_query;
 use uuid::Uuid;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
-use crate::access::{AccessLevel, ObjectType};
+use crate::access::AccessLevel;
 use crate::error::ApiError;
-use crate::service::pipelines::{self as service, NewPipelineInput, PipelineChange};
-use crate::store;
-use crate::store::indexes::IndexRow;
-
-/// Fields of the pipeline list (addendum §4).
-pub const PIPELINE_LIST: ListSpec = ListSpec {
-    table: "pipelines",
-    fields: &[
-        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        FieldSpec::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
-        FieldSpec::new(
-            "description",
-            FieldKind::Text,
-            true,
-            FilterOps::EQ_CONTAINS,
-            false,
-        ),
-        FieldSpec::new(
-            "has_full_text_search",
-            FieldKind::Bool,
-            false,
-            FilterOps::EQ,
-            false,
-        ),
-        FieldSpec::new(
-            "created_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::EQ_COMPARE,
-            true,
-        ),
-        FieldSpec::new(
-            "updated_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::EQ_COMPARE,
-            true,
-        ),
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
-};
-
-/// Fields of the index list (addendum §4).
-pub const INDEX_LIST: ListSpec = ListSpec {
-    table: "pipeline_indexes",
-    fields: &[
-        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        FieldSpec::new("field", FieldKind::Text, false, FilterOps::EQ, true),
-        FieldSpec::new(
-            "created_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::NONE,
-            true,
-        ),
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
+use crate::service::pipelines::{
+    self as service, IndexRow, NewPipelineInput, PipelineChange, PipelineRow,
 };
 
 /// Body of `POST /pipelines`.
@@ -146,7 +89,7 @@ pub struct Pipeline {
 }
 
 /// Serializes a stored row with the schema of [`Pipeline`].
-pub struct PipelineOut(store::pipelines::PipelineRow);
+pub struct PipelineOut(PipelineRow);
 
 impl Serialize for PipelineOut {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -199,16 +142,9 @@ impl PipelinesApi {
     #[oai(path = "/pipelines", method = "get")]
     async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&PIPELINE_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base = store::pipelines::list_base(auth.0.readable_ids(ObjectType::Pipelines));
-        let envelope = store::listing::list::<store::pipelines::PipelineRow>(
-            &state.pool,
-            &PIPELINE_LIST,
-            &request,
-            base,
-        )
-        .await?;
+        let request = parse_list_query(&service::PIPELINE_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list(&state.pool, &auth.0, &request).await?;
         Ok(Json(ListEnvelope::from(envelope)))
     }
 
@@ -380,12 +316,9 @@ impl PipelinesApi {
         req: &Request,
     ) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&INDEX_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        service::require(&state.pool, &auth.0, pipeline_id.0, AccessLevel::READ).await?;
-        let base = store::indexes::list_base(pipeline_id.0);
-        let envelope =
-            store::listing::list::<IndexRow>(&state.pool, &INDEX_LIST, &request, base).await?;
+        let request = parse_list_query(&service::INDEX_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list_indexes(&state.pool, &auth.0, pipeline_id.0, &request).await?;
         Ok(Json(ListEnvelope::from(envelope)))
     }
 

@@ -155,8 +155,8 @@ pub struct ListEnvelope {
     pub query_info: serde_json::Value,
 }
 
-impl From<crate::store::listing::Envelope> for ListEnvelope {
-    fn from(envelope: crate::store::listing::Envelope) -> Self {
+impl From<crate::service::Envelope> for ListEnvelope {
+    fn from(envelope: crate::service::Envelope) -> Self {
         Self {
             data: envelope.data,
             page_info: serde_json::Value::Object(envelope.page_info),

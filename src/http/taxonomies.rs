@@ -4,68 +4,14 @@ use poem::Request;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde::Deserialize;
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
+use trove_query::list::parse_list_query;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
-use crate::access::{AccessLevel, ObjectType};
 use crate::error::ApiError;
-use crate::service::taxonomies::{self as service, AddedEntries, NewTaxonomy, TaxonomyChange};
-use crate::store;
-use crate::store::taxonomies::{EntryRow, Link, TaxonomyRow};
-
-/// Fields of the taxonomy list (addendum §4).
-pub const TAXONOMY_LIST: ListSpec = ListSpec {
-    table: "taxonomies",
-    fields: &[
-        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
-        FieldSpec::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
-        FieldSpec::new(
-            "description",
-            FieldKind::Text,
-            true,
-            FilterOps::EQ_CONTAINS,
-            false,
-        ),
-        FieldSpec::new(
-            "created_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::EQ_COMPARE,
-            true,
-        ),
-        FieldSpec::new(
-            "updated_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::EQ_COMPARE,
-            true,
-        ),
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
-};
-
-/// Fields of a taxonomy's entry list (addendum §4).
-pub const ENTRY_LIST: ListSpec = ListSpec {
-    table: "taxonomy_entries",
-    fields: &[
-        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::NONE, true),
-        FieldSpec::new("parent_field", FieldKind::Text, false, FilterOps::EQ, true),
-        FieldSpec::new("parent_value", FieldKind::Text, false, FilterOps::EQ, true),
-        FieldSpec::new("child_field", FieldKind::Text, false, FilterOps::EQ, true),
-        FieldSpec::new("child_value", FieldKind::Text, false, FilterOps::EQ, true),
-        FieldSpec::new(
-            "created_at",
-            FieldKind::Timestamp,
-            false,
-            FilterOps::NONE,
-            true,
-        ),
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
+use crate::service::taxonomies::{
+    self as service, AddedEntries, Link, NewTaxonomy, TaxonomyChange, TaxonomyRow,
 };
 
 /// Body of `POST /taxonomies`.
@@ -106,12 +52,9 @@ impl TaxonomiesApi {
     #[oai(path = "/taxonomies", method = "get")]
     async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&TAXONOMY_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base = store::taxonomies::list_base(auth.0.readable_ids(ObjectType::Taxonomies));
-        let envelope =
-            store::listing::list::<TaxonomyRow>(&state.pool, &TAXONOMY_LIST, &request, base)
-                .await?;
+        let request = parse_list_query(&service::TAXONOMY_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list(&state.pool, &auth.0, &request).await?;
         Ok(Json(envelope.into()))
     }
 
@@ -207,12 +150,9 @@ impl TaxonomiesApi {
         req: &Request,
     ) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&ENTRY_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        service::require(&state.pool, &auth.0, taxonomy_id.0, AccessLevel::READ).await?;
-        let base = store::taxonomies::entry_list_base(taxonomy_id.0);
-        let envelope =
-            store::listing::list::<EntryRow>(&state.pool, &ENTRY_LIST, &request, base).await?;
+        let request = parse_list_query(&service::ENTRY_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list_entries(&state.pool, &auth.0, taxonomy_id.0, &request).await?;
         Ok(Json(envelope.into()))
     }
 

@@ -8,57 +8,14 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec, parse_list_query};
+use trove_query::list::parse_list_query;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
-use crate::access::ObjectType;
 use crate::error::ApiError;
-use crate::service::text_splitters::{self as service, NewSplitter, SplitterChange};
-use crate::store;
-use crate::store::text_splitters::{ProviderRow, SplitterRow};
-
-/// Fields of the text splitter provider list (addendum §4).
-pub const PROVIDER_LIST: ListSpec = ListSpec {
-    table: "text_splitter_providers",
-    fields: &[
-        FieldSpec::ID,
-        FieldSpec::NAME,
-        FieldSpec::CREATED_AT,
-        FieldSpec::UPDATED_AT,
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
-};
-
-/// Fields of the text splitter list (addendum §4).
-pub const SPLITTER_LIST: ListSpec = ListSpec {
-    table: "text_splitters",
-    fields: &[
-        FieldSpec::ID,
-        FieldSpec::NAME,
-        FieldSpec {
-            name: "description",
-            column: "description",
-            kind: FieldKind::Text,
-            nullable: true,
-            filters: FilterOps::EQ_CONTAINS,
-            sortable: false,
-        },
-        FieldSpec {
-            name: "provider",
-            column: "provider",
-            kind: FieldKind::Text,
-            nullable: false,
-            filters: FilterOps::EQ,
-            sortable: true,
-        },
-        FieldSpec::CREATED_AT,
-        FieldSpec::UPDATED_AT,
-    ],
-    echo_unset_filters: false,
-    default_order: &["id"],
+use crate::service::text_splitters::{
+    self as service, NewSplitter, ProviderRow, SplitterChange, SplitterRow,
 };
 
 /// Body of `POST /text-splitters`.
@@ -104,14 +61,9 @@ impl TextSplittersApi {
     #[oai(path = "/text-splitter-providers", method = "get")]
     async fn list_providers(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&PROVIDER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base = store::text_splitters::provider_list_base(
-            auth.0.readable_ids(ObjectType::TextSplitterProviders),
-        );
-        let envelope =
-            store::listing::list::<ProviderRow>(&state.pool, &PROVIDER_LIST, &request, base)
-                .await?;
+        let request = parse_list_query(&service::PROVIDER_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list_providers(&state.pool, &auth.0, &request).await?;
         Ok(Json(envelope.into()))
     }
 
@@ -142,12 +94,9 @@ impl TextSplittersApi {
     #[oai(path = "/text-splitters", method = "get")]
     async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
         let state = state(req)?;
-        let request =
-            parse_list_query(&SPLITTER_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
-        let base = store::text_splitters::list_base(auth.0.readable_ids(ObjectType::TextSplitters));
-        let envelope =
-            store::listing::list::<SplitterRow>(&state.pool, &SPLITTER_LIST, &request, base)
-                .await?;
+        let request = parse_list_query(&service::SPLITTER_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list(&state.pool, &auth.0, &request).await?;
         Ok(Json(envelope.into()))
     }
 

@@ -11,12 +11,11 @@ use serde_json::{Value, json};
 use trove_query::list::{FieldFilter, FilterOp, ListRequest, OrderField, PageRequest};
 use uuid::Uuid;
 
-use crate::access::{AccessLevel, ObjectType};
+use crate::access::AccessLevel;
 use crate::auth::AuthContext;
 use crate::error::ApiError;
+use crate::service::pipelines::{PipelineRow, SearchContext};
 use crate::state::AppState;
-use crate::store;
-use crate::store::pipelines::PipelineRow;
 
 pub const GET_PIPELINES: &str = "get_pipelines";
 pub const GET_PIPELINE_CLASSIFICATIONS: &str = "get_pipeline_classifications";
@@ -392,14 +391,9 @@ async fn get_pipelines(
             .collect(),
         query_info: serde_json::Map::new(),
     };
-    let base = store::pipelines::list_base(auth.readable_ids(ObjectType::Pipelines));
-    let envelope = store::listing::list_mapped(
-        &state.pool,
-        &crate::http::pipelines::PIPELINE_LIST,
-        &request,
-        base,
-        |row: PipelineRow| Ok(pipeline_summary(&row)),
-    )
+    let envelope = crate::service::pipelines::list_mapped(&state.pool, auth, &request, |row| {
+        Ok(pipeline_summary(&row))
+    })
     .await
     .map_err(service_error)?;
     output(json!({ "results": envelope.data }))
@@ -506,7 +500,7 @@ impl Effective {
 /// chosen and the query embedded.
 pub struct SearchRequest {
     /// The pipeline as read for the search (its model, classifications, vector count).
-    pub context: crate::store::pipelines::SearchContext,
+    pub context: SearchContext,
     pub query: String,
     pub kind: SearchType,
     pub classifications: Vec<String>,

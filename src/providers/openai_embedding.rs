@@ -279,7 +279,7 @@ fn excerpt(body: &str) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
     use crate::providers::embedding::ProviderKind;

@@ -238,7 +238,11 @@ pub const FILTERED_EF_SEARCH: u64 = 400;
 pub fn ef_search_for(rows: f64, fetch: u64, filtered: bool) -> u64 {
     let scaled = if rows > EF_SEARCH_BASE_ROWS {
         // At most MAX_EF_SEARCH, so the conversion cannot overflow.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "the value is clamped to the target range first"
+        )]
         let ef = (SESSION_EF_SEARCH as f64 * (rows / EF_SEARCH_BASE_ROWS).powf(0.6))
             .round()
             .min(MAX_EF_SEARCH as f64) as u64;
@@ -493,7 +497,7 @@ pub async fn full_text(
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used, reason = "tests")]
+#[expect(clippy::expect_used, reason = "tests")]
 mod tests {
     use super::*;
 

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use poem_openapi::types::MaybeUndefined;
 use serde::Serialize;
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
-use super::validate_name;
+use super::{Envelope, validate_name};
 use crate::access::{AccessLevel, ObjectType, PermissionEntry, TYPE_ENTRY_ID};
 use crate::auth::AuthContext;
 use crate::auth::license::check_license;
@@ -15,8 +16,82 @@ use crate::crypto::{generate_key_secret, hash_key_secret};
 use crate::error::{ApiError, ApiResult};
 use crate::license::License;
 use crate::store::Pool;
-use crate::store::api_keys::{self as store, ApiKeyRow};
+use crate::store::api_keys as store;
+use crate::store::listing;
 use crate::time::rfc3339;
+
+pub use crate::store::api_keys::ApiKeyRow;
+
+/// Fields of the API key list (addendum §4).
+pub const API_KEY_LIST: ListSpec = ListSpec {
+    table: "api_keys",
+    fields: &[
+        FieldSpec {
+            name: "id",
+            column: "id",
+            kind: FieldKind::Uuid,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "name",
+            column: "name",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::TEXT_ALL,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "description",
+            column: "description",
+            kind: FieldKind::Text,
+            nullable: true,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "active",
+            column: "active",
+            kind: FieldKind::Bool,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "expiration",
+            column: "expiration",
+            kind: FieldKind::Timestamp,
+            nullable: true,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "created_at",
+            column: "created_at",
+            kind: FieldKind::Timestamp,
+            nullable: false,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "updated_at",
+            column: "updated_at",
+            kind: FieldKind::Timestamp,
+            nullable: false,
+            filters: FilterOps::EQ_COMPARE,
+            sortable: true,
+        },
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// One page of the API keys the caller can read, without secrets: the list envelope.
+pub async fn list(pool: &Pool, auth: &AuthContext, request: &ListRequest) -> ApiResult<Envelope> {
+    let base = store::list_base(auth.readable_ids(ObjectType::ApiKeys));
+    listing::list::<ApiKeyRow>(pool, &API_KEY_LIST, request, base).await
+}
 
 /// A created key, the only time its secret is shown.
 #[derive(Debug, Serialize)]

@@ -1,20 +1,79 @@
 //! Documents: submission of versions, reads, expiry and deletion, fragments.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
+use trove_query::filter::Filter;
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
+use super::Envelope;
 use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::error::{ApiError, ApiResult};
 use crate::ingest::queue::Job;
 use crate::metadata_schema;
 use crate::state::AppState;
-use crate::store::documents::{self as store, NewVersion, VersionRow};
+use crate::store::documents::{self as store, NewVersion};
+use crate::store::listing;
 use crate::store::pipelines::{self as pipelines_store, PipelineRow};
+use crate::time::rfc3339;
+
+pub use crate::store::documents::{FragmentRow, VersionRow};
 
 /// Largest version accepted in `version` / `as_of` (year 9999).
 pub const MAX_VERSION: i64 = 253_402_300_799_999_999;
+
+/// Fields of the document list (interface §Pipelines…, addendum §4).
+pub const DOCUMENT_LIST: ListSpec = ListSpec {
+    table: "documents",
+    fields: &[
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("status", FieldKind::Text, false, FilterOps::EQ, false),
+        FieldSpec::new(
+            "classification",
+            FieldKind::Text,
+            false,
+            FilterOps::EQ,
+            true,
+        ),
+        FieldSpec::new(
+            "external_identifier",
+            FieldKind::Text,
+            false,
+            FilterOps::EQ_CONTAINS,
+            true,
+        ),
+        FieldSpec::new(
+            "created_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
+        FieldSpec::new(
+            "updated_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
+    ],
+    echo_unset_filters: false,
+    default_order: &["id", "created_at"],
+};
+
+/// Fields of the fragment list of a version.
+pub const FRAGMENT_LIST: ListSpec = ListSpec {
+    table: "fragments",
+    fields: &[
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::NONE, true),
+        FieldSpec::new("order_id", FieldKind::Integer, false, FilterOps::NONE, true),
+    ],
+    echo_unset_filters: false,
+    default_order: &["order_id"],
+};
 
 /// `Document not found` with the id.
 pub fn not_found(id: Uuid) -> ApiError {
@@ -238,4 +297,153 @@ pub async fn remove(
         store::delete(&state.pool, pipeline_id, id).await?;
         Ok(None)
     }
+}
+
+/// The API object of a fragment: text decrypted, `page_content` absent when empty.
+pub fn fragment_object(
+    state: &AppState,
+    row: FragmentRow,
+    embedding: Option<Vec<f32>>,
+) -> ApiResult<Value> {
+    let text = state
+        .cipher
+        .decrypt_text(&row.content)
+        .map_err(|_| ApiError::Decryption)?;
+    let mut object = Map::new();
+    object.insert("id".to_owned(), json!(row.id));
+    object.insert("classification".to_owned(), json!(row.classification));
+    object.insert("metadata".to_owned(), row.metadata);
+    object.insert("document_id".to_owned(), json!(row.document_id));
+    if !text.is_empty() {
+        object.insert("page_content".to_owned(), json!(text));
+    }
+    object.insert("version".to_owned(), json!(row.version));
+    object.insert(
+        "expired_at".to_owned(),
+        json!(row.expired_at.as_ref().map(rfc3339::format)),
+    );
+    if let Some(embedding) = embedding {
+        object.insert("embedding".to_owned(), json!(embedding));
+    }
+    object.insert("score".to_owned(), Value::Null);
+    object.insert("order_id".to_owned(), json!(row.order_id));
+    Ok(Value::Object(object))
+}
+
+/// Fragments as objects, with embeddings when asked and the pipeline has a model.
+async fn fragment_objects(
+    state: &AppState,
+    vector_embedding_id: Option<Uuid>,
+    rows: Vec<FragmentRow>,
+    include_embedding: bool,
+) -> ApiResult<Vec<Value>> {
+    let mut embeddings = HashMap::new();
+    if include_embedding && let Some(ve) = vector_embedding_id {
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        embeddings.extend(store::embeddings(&state.pool, ve, &ids).await?);
+    }
+    rows.into_iter()
+        .map(|row| {
+            let embedding = embeddings.remove(&row.id);
+            fragment_object(state, row, embedding)
+        })
+        .collect()
+}
+
+/// One page of the current versions of a pipeline's documents (read on the pipeline, 404
+/// otherwise): the list envelope. `metadata` is the parsed `metadata` filter with its raw
+/// text, which `query_info` echoes (as JSON when it is JSON).
+pub async fn list(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    mut request: ListRequest,
+    metadata: Option<(Filter, String)>,
+) -> ApiResult<Envelope> {
+    let pipeline = pipeline_for_read(state, auth, pipeline_id).await?;
+    let mut base = store::list_base(pipeline_id);
+    if let Some((filter, raw)) = metadata {
+        let compiled =
+            super::filters::compile_for_pipeline(state, &pipeline, &filter, "documents").await?;
+        super::filters::refuse_unconvertible(state, pipeline.id, &compiled, None).await?;
+        base.cond_where(compiled.condition);
+        let echoed = serde_json::from_str(&raw).unwrap_or(Value::String(raw));
+        request.query_info.insert("metadata".to_owned(), echoed);
+    }
+    listing::list::<VersionRow>(&state.pool, &DOCUMENT_LIST, &request, base).await
+}
+
+/// One page of the fragments of a document version (`version`, default the newest current
+/// one; read on the pipeline), with their embeddings when `include_embedding` and the
+/// pipeline has a model: the list envelope.
+pub async fn fragments(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    document_id: Uuid,
+    version: Option<i64>,
+    include_embedding: bool,
+    request: &ListRequest,
+) -> ApiResult<Envelope> {
+    check_version(version)?;
+    let pipeline = pipeline_for_read(state, auth, pipeline_id).await?;
+    let versions = store::read(&state.pool, pipeline_id, document_id, version, None)
+        .await
+        .map_err(ApiError::from)?;
+    let Some(selected) = versions.first() else {
+        return Err(not_found(document_id));
+    };
+    let base = store::fragment_list_base(document_id, selected.version);
+    let vector_embedding = if include_embedding {
+        pipeline.ve_id
+    } else {
+        None
+    };
+    let mut envelope = listing::list_mapped(
+        &state.pool,
+        &FRAGMENT_LIST,
+        request,
+        base,
+        |row: FragmentRow| fragment_object(state, row, None),
+    )
+    .await?;
+    if let Some(ve) = vector_embedding {
+        let ids: Vec<Uuid> = envelope
+            .data
+            .iter()
+            .filter_map(|f| f["id"].as_str()?.parse().ok())
+            .collect();
+        let embeddings: HashMap<Uuid, Vec<f32>> = store::embeddings(&state.pool, ve, &ids)
+            .await
+            .map_err(ApiError::from)?
+            .into_iter()
+            .collect();
+        for fragment in &mut envelope.data {
+            let id = fragment["id"].as_str().and_then(|s| s.parse::<Uuid>().ok());
+            if let (Some(id), Some(object)) = (id, fragment.as_object_mut())
+                && let Some(embedding) = embeddings.get(&id)
+            {
+                object.insert("embedding".to_owned(), json!(embedding));
+            }
+        }
+    }
+    Ok(envelope)
+}
+
+/// Fragments of a pipeline by id (read on the pipeline): the API objects in request order,
+/// unknown ids omitted, repeated ids once, expired fragments included, with embeddings when
+/// `include_embedding` and the pipeline has a model.
+pub async fn fragments_by_id(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    ids: Vec<Uuid>,
+    include_embedding: bool,
+) -> ApiResult<Vec<Value>> {
+    let pipeline = pipeline_for_read(state, auth, pipeline_id).await?;
+    let rows = store::fragments_by_id(&state.pool, pipeline_id, &ids).await?;
+    let mut by_id: HashMap<Uuid, FragmentRow> = rows.into_iter().map(|r| (r.id, r)).collect();
+    // Request order; repeated ids appear once.
+    let ordered: Vec<FragmentRow> = ids.iter().filter_map(|id| by_id.remove(id)).collect();
+    fragment_objects(state, pipeline.ve_id, ordered, include_embedding).await
 }

@@ -4,9 +4,10 @@
 use poem_openapi::types::MaybeUndefined;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
-use super::validate_name;
+use super::{Envelope, validate_name};
 use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::crypto::at_rest::Cipher;
@@ -14,15 +15,67 @@ use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::{EmbedFailure, Embedder, ModelSpec, ProviderKind, model_spec};
 use crate::state::AppState;
 use crate::store::Pool;
-use crate::store::embedding::{
-    self as store, ModelRow, NewModel as StoredNew, ProviderRow, StoredModel,
-};
+use crate::store::embedding::{self as store, NewModel as StoredNew, StoredModel};
+use crate::store::listing;
+
+pub use crate::store::embedding::{ModelRow, ProviderRow};
 
 /// Largest embedding size (pgvector HNSW limit, addendum §15 item 22).
 pub const MAX_DIMENSIONS: i64 = 2000;
 
 /// The text embedded at create and at every parameter change.
 pub const PROBE_TEXT: &str = "Trove";
+
+/// Fields of the embedding provider list (addendum §4): every filter is echoed in
+/// `query_info`, set or not (interface list rule 9).
+pub const PROVIDER_LIST: ListSpec = ListSpec {
+    table: "embedding_providers",
+    fields: &[
+        FieldSpec::ID,
+        FieldSpec::NAME,
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
+    ],
+    echo_unset_filters: true,
+    default_order: &["id"],
+};
+
+/// Fields of the embedding model list (addendum §4).
+pub const MODEL_LIST: ListSpec = ListSpec {
+    table: "embedding_models",
+    fields: &[
+        FieldSpec::ID,
+        FieldSpec::NAME,
+        FieldSpec {
+            name: "description",
+            column: "description",
+            kind: FieldKind::Text,
+            nullable: true,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "provider",
+            column: "provider",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: true,
+        },
+        FieldSpec {
+            name: "model_name",
+            column: "model_name",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: true,
+        },
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
 
 /// Input of a model creation, already deserialized.
 pub struct NewModel {
@@ -60,6 +113,16 @@ pub fn provider_not_found(id: Uuid) -> ApiError {
 
 // ---- Providers ---------------------------------------------------------------------------
 
+/// One page of the embedding providers the caller can read: the list envelope.
+pub async fn list_providers(
+    pool: &Pool,
+    auth: &AuthContext,
+    request: &ListRequest,
+) -> ApiResult<Envelope> {
+    let base = store::providers_list_base(auth.readable_ids(ObjectType::EmbeddingProviders));
+    listing::list::<ProviderRow>(pool, &PROVIDER_LIST, request, base).await
+}
+
 /// Reads a provider the caller can read; missing or unreadable are both not found.
 pub async fn get_provider(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<ProviderRow> {
     if !auth.can_read(ObjectType::EmbeddingProviders, id) {
@@ -76,7 +139,7 @@ pub async fn get_provider(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResul
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpenAiParameters {
-    #[allow(dead_code, reason = "checked for presence and type only")]
+    #[expect(dead_code, reason = "checked for presence and type only")]
     base_url: String,
     #[serde(default)]
     api_key: Option<String>,
@@ -235,6 +298,16 @@ fn size_mismatch(expected: i64, got: i64) -> ApiError {
 }
 
 // ---- Models ------------------------------------------------------------------------------
+
+/// One page of the embedding models the caller can read: the list envelope.
+pub async fn list_models(
+    pool: &Pool,
+    auth: &AuthContext,
+    request: &ListRequest,
+) -> ApiResult<Envelope> {
+    let base = store::models_list_base(auth.readable_ids(ObjectType::EmbeddingModels));
+    listing::list::<ModelRow>(pool, &MODEL_LIST, request, base).await
+}
 
 /// Reads a model the caller can read (with its encrypted secrets); missing or unreadable are
 /// both `Embedding model not found`.
@@ -409,7 +482,7 @@ pub async fn query(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
     use serde_json::json;

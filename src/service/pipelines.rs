@@ -3,9 +3,10 @@
 
 use poem_openapi::types::MaybeUndefined;
 use serde_json::Value;
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
-use super::{classifications, validate_name};
+use super::{Envelope, classifications, validate_name};
 use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::auth::license::check_license;
@@ -13,9 +14,70 @@ use crate::error::{ApiError, ApiResult};
 use crate::license::License;
 use crate::metadata_schema;
 use crate::store::Pool;
-use crate::store::indexes::{self, IndexRow};
-use crate::store::pipelines::{self as store, NewPipeline, PipelineRow};
+use crate::store::indexes;
+use crate::store::listing;
+use crate::store::pipelines::{self as store, NewPipeline};
 use crate::store::vectors;
+
+pub use crate::store::indexes::IndexRow;
+pub use crate::store::pipelines::{PipelineRow, SearchContext};
+
+/// Fields of the pipeline list (addendum §4).
+pub const PIPELINE_LIST: ListSpec = ListSpec {
+    table: "pipelines",
+    fields: &[
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
+        FieldSpec::new(
+            "description",
+            FieldKind::Text,
+            true,
+            FilterOps::EQ_CONTAINS,
+            false,
+        ),
+        FieldSpec::new(
+            "has_full_text_search",
+            FieldKind::Bool,
+            false,
+            FilterOps::EQ,
+            false,
+        ),
+        FieldSpec::new(
+            "created_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
+        FieldSpec::new(
+            "updated_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// Fields of the index list (addendum §4).
+pub const INDEX_LIST: ListSpec = ListSpec {
+    table: "pipeline_indexes",
+    fields: &[
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("field", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new(
+            "created_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::NONE,
+            true,
+        ),
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
 
 /// `Pipeline not found` with the id.
 pub fn not_found(id: Uuid) -> ApiError {
@@ -49,14 +111,14 @@ pub async fn require(
     store::get(pool, id).await?.ok_or_else(|| not_found(id))
 }
 
-/// [`require`] for a search: the pipeline's [`store::SearchContext`] (one read) on which the
+/// [`require`] for a search: the pipeline's [`SearchContext`] (one read) on which the
 /// key holds every bit of `needed`.
 pub async fn require_for_search(
     pool: &Pool,
     auth: &AuthContext,
     id: Uuid,
     needed: AccessLevel,
-) -> ApiResult<store::SearchContext> {
+) -> ApiResult<SearchContext> {
     permitted(auth, id, needed)?;
     store::search_context(pool, id)
         .await?
@@ -69,10 +131,31 @@ pub fn require_prefetched(
     auth: &AuthContext,
     id: Uuid,
     needed: AccessLevel,
-    context: ApiResult<Option<store::SearchContext>>,
-) -> ApiResult<store::SearchContext> {
+    context: ApiResult<Option<SearchContext>>,
+) -> ApiResult<SearchContext> {
     permitted(auth, id, needed)?;
     context?.ok_or_else(|| not_found(id))
+}
+
+/// One page of the pipelines the key can read: the list envelope.
+pub async fn list(pool: &Pool, auth: &AuthContext, request: &ListRequest) -> ApiResult<Envelope> {
+    let base = store::list_base(auth.readable_ids(ObjectType::Pipelines));
+    listing::list::<PipelineRow>(pool, &PIPELINE_LIST, request, base).await
+}
+
+/// Like [`list`], with each pipeline turned into an object by `to_object` (MCP's summaries):
+/// the list envelope.
+pub async fn list_mapped<F>(
+    pool: &Pool,
+    auth: &AuthContext,
+    request: &ListRequest,
+    to_object: F,
+) -> ApiResult<Envelope>
+where
+    F: Fn(PipelineRow) -> ApiResult<Value>,
+{
+    let base = store::list_base(auth.readable_ids(ObjectType::Pipelines));
+    listing::list_mapped(pool, &PIPELINE_LIST, request, base, to_object).await
 }
 
 /// Input of `POST /pipelines`.
@@ -290,6 +373,19 @@ pub async fn create_index(
     let row = indexes::create(&mut tx, Uuid::new_v4(), id, &field, &expression).await?;
     tx.commit().await?;
     Ok(row)
+}
+
+/// One page of the metadata indexes of a pipeline the key can read (404 otherwise): the list
+/// envelope.
+pub async fn list_indexes(
+    pool: &Pool,
+    auth: &AuthContext,
+    id: Uuid,
+    request: &ListRequest,
+) -> ApiResult<Envelope> {
+    require(pool, auth, id, AccessLevel::READ).await?;
+    let base = indexes::list_base(id);
+    listing::list::<IndexRow>(pool, &INDEX_LIST, request, base).await
 }
 
 /// Deletes a metadata index.

@@ -4,9 +4,10 @@ use std::collections::HashSet;
 
 use poem_openapi::types::MaybeUndefined;
 use serde::Serialize;
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
-use super::validate_name;
+use super::{Envelope, validate_name};
 use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::auth::license::check_license;
@@ -14,7 +15,63 @@ use crate::error::{ApiError, ApiResult};
 use crate::license::License;
 use crate::metadata_schema::is_identifier;
 use crate::store::Pool;
-use crate::store::taxonomies::{self as store, EntryRow, Link, TaxonomyRow};
+use crate::store::listing;
+use crate::store::taxonomies as store;
+
+pub use crate::store::taxonomies::{EntryRow, Link, TaxonomyRow};
+
+/// Fields of the taxonomy list (addendum §4).
+pub const TAXONOMY_LIST: ListSpec = ListSpec {
+    table: "taxonomies",
+    fields: &[
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::EQ, true),
+        FieldSpec::new("name", FieldKind::Text, false, FilterOps::TEXT_ALL, true),
+        FieldSpec::new(
+            "description",
+            FieldKind::Text,
+            true,
+            FilterOps::EQ_CONTAINS,
+            false,
+        ),
+        FieldSpec::new(
+            "created_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
+        FieldSpec::new(
+            "updated_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// Fields of a taxonomy's entry list (addendum §4).
+pub const ENTRY_LIST: ListSpec = ListSpec {
+    table: "taxonomy_entries",
+    fields: &[
+        FieldSpec::new("id", FieldKind::Uuid, false, FilterOps::NONE, true),
+        FieldSpec::new("parent_field", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new("parent_value", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new("child_field", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new("child_value", FieldKind::Text, false, FilterOps::EQ, true),
+        FieldSpec::new(
+            "created_at",
+            FieldKind::Timestamp,
+            false,
+            FilterOps::NONE,
+            true,
+        ),
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
 
 /// Input of a taxonomy creation, already deserialized.
 pub struct NewTaxonomy {
@@ -109,6 +166,25 @@ pub async fn require(
     let row = get_readable(pool, auth, id).await?;
     auth.require_object(ObjectType::Taxonomies, id, needed)?;
     Ok(row)
+}
+
+/// One page of the taxonomies the caller can read: the list envelope.
+pub async fn list(pool: &Pool, auth: &AuthContext, request: &ListRequest) -> ApiResult<Envelope> {
+    let base = store::list_base(auth.readable_ids(ObjectType::Taxonomies));
+    listing::list::<TaxonomyRow>(pool, &TAXONOMY_LIST, request, base).await
+}
+
+/// One page of the entries of a taxonomy the caller can read (404 otherwise): the list
+/// envelope.
+pub async fn list_entries(
+    pool: &Pool,
+    auth: &AuthContext,
+    id: Uuid,
+    request: &ListRequest,
+) -> ApiResult<Envelope> {
+    require(pool, auth, id, AccessLevel::READ).await?;
+    let base = store::entry_list_base(id);
+    listing::list::<EntryRow>(pool, &ENTRY_LIST, request, base).await
 }
 
 /// Creates a taxonomy: W on the type (403), the license, the name (400), uniqueness (409).

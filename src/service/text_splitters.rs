@@ -2,17 +2,63 @@
 
 use poem_openapi::types::MaybeUndefined;
 use serde_json::{Map, Value};
+use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use trove_text::SplitterConfig;
 use uuid::Uuid;
 
-use super::validate_name;
+use super::{Envelope, validate_name};
 use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::auth::license::check_license;
 use crate::error::{ApiError, ApiResult};
 use crate::license::License;
 use crate::store::Pool;
-use crate::store::text_splitters::{self as store, ProviderRow, SplitterRow};
+use crate::store::listing;
+use crate::store::text_splitters as store;
+
+pub use crate::store::text_splitters::{ProviderRow, SplitterRow};
+
+/// Fields of the text splitter provider list (addendum §4).
+pub const PROVIDER_LIST: ListSpec = ListSpec {
+    table: "text_splitter_providers",
+    fields: &[
+        FieldSpec::ID,
+        FieldSpec::NAME,
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
+
+/// Fields of the text splitter list (addendum §4).
+pub const SPLITTER_LIST: ListSpec = ListSpec {
+    table: "text_splitters",
+    fields: &[
+        FieldSpec::ID,
+        FieldSpec::NAME,
+        FieldSpec {
+            name: "description",
+            column: "description",
+            kind: FieldKind::Text,
+            nullable: true,
+            filters: FilterOps::EQ_CONTAINS,
+            sortable: false,
+        },
+        FieldSpec {
+            name: "provider",
+            column: "provider",
+            kind: FieldKind::Text,
+            nullable: false,
+            filters: FilterOps::EQ,
+            sortable: true,
+        },
+        FieldSpec::CREATED_AT,
+        FieldSpec::UPDATED_AT,
+    ],
+    echo_unset_filters: false,
+    default_order: &["id"],
+};
 
 /// Input of a splitter creation, already deserialized.
 pub struct NewSplitter {
@@ -53,6 +99,22 @@ pub fn validated_parameters(provider: &str, parameters: &Value) -> ApiResult<Val
     SplitterConfig::from_parameters(provider, parameters)
         .map(|config| config.to_parameters())
         .map_err(|e| ApiError::InvalidParameter(e.to_string()))
+}
+
+/// One page of the text splitter providers the caller can read: the list envelope.
+pub async fn list_providers(
+    pool: &Pool,
+    auth: &AuthContext,
+    request: &ListRequest,
+) -> ApiResult<Envelope> {
+    let base = store::provider_list_base(auth.readable_ids(ObjectType::TextSplitterProviders));
+    listing::list::<ProviderRow>(pool, &PROVIDER_LIST, request, base).await
+}
+
+/// One page of the text splitters the caller can read: the list envelope.
+pub async fn list(pool: &Pool, auth: &AuthContext, request: &ListRequest) -> ApiResult<Envelope> {
+    let base = store::list_base(auth.readable_ids(ObjectType::TextSplitters));
+    listing::list::<SplitterRow>(pool, &SPLITTER_LIST, request, base).await
 }
 
 /// Reads a provider the caller can read; missing or unreadable are both 404.

@@ -155,7 +155,7 @@ pub async fn insert(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::{HnswParams, VectorParam, all_unit, hnsw_index_sql};
 

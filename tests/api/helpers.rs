@@ -1,8 +1,6 @@
 //! Test harness: every test gets a fresh database (cloned from a migrated template), its own
 //! JetStream stream and subjects, and a Trove server on a free port, reached over real HTTP.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 
 use reqwest::{Method, StatusCode, header::HeaderMap};

@@ -4,7 +4,7 @@
 //! sequences or "\r\n", where grapheme clusters and chars coincide. LangChain's fragments were
 //! stripped and empty ones dropped, as Trove does (LangChain leaves a too-long piece kept whole
 //! unstripped). Regenerate with `fixtures/gen_langchain_cases.py`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use serde_json::Value;
 use trove_text::{SplitterConfig, split};

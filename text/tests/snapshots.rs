@@ -1,6 +1,6 @@
 //! Snapshots of each provider's fragments for a fixed multi-paragraph text
 //! (`text/snapshots/`; review changes with `cargo insta review`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use serde_json::{Value, json};
 use trove_text::{SplitterConfig, split};

@@ -1,6 +1,9 @@
 //! Test specs shared by the list tests.
 
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "included by several test crates, each using a part of it"
+)]
 
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec};
 

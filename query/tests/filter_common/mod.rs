@@ -1,6 +1,11 @@
 //! Shared by the filter tests: a pipeline schema and helpers to parse, validate and render.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "included by several test crates, each using a part of it"
+)]
 
 use sea_query::{Alias, PostgresQueryBuilder, Query};
 use serde_json::{Value, json};
