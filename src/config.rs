@@ -6,6 +6,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use base64::Engine;
 use uuid::Uuid;
@@ -104,6 +105,11 @@ pub struct Config {
     /// Build parameters of the HNSW index of associations created from now on
     /// (`TROVE_HNSW_M`, `TROVE_HNSW_EF_CONSTRUCTION`).
     pub hnsw: HnswParams,
+    /// How long a connection to a model server may take (`TROVE_LLM_CONNECT_TIMEOUT`).
+    pub llm_connect_timeout: Duration,
+    /// How long a model server may keep Trove waiting for the head of its answer or between
+    /// two chunks of it (`TROVE_LLM_READ_TIMEOUT`).
+    pub llm_read_timeout: Duration,
 }
 
 /// A configuration error: names the variable and what is wrong.
@@ -224,6 +230,23 @@ impl Config {
             HnswParams::new(m, ef_construction)
                 .map_err(|reason| err("TROVE_HNSW_EF_CONSTRUCTION", reason))?
         };
+        let seconds = |variable: &'static str, default: f64| match get(variable) {
+            None => Ok(Duration::from_secs_f64(default)),
+            Some(value) => value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    err(
+                        variable,
+                        format!("expected seconds (more than 0, at most 86400), got {value:?}"),
+                    )
+                }),
+        };
+        let llm_connect_timeout = seconds("TROVE_LLM_CONNECT_TIMEOUT", 10.0)?;
+        let llm_read_timeout = seconds("TROVE_LLM_READ_TIMEOUT", 120.0)?;
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -273,6 +296,8 @@ impl Config {
             log_format,
             queue: QueueNames::default(),
             hnsw,
+            llm_connect_timeout,
+            llm_read_timeout,
         })
     }
 }
@@ -356,7 +381,7 @@ impl Default for HnswParams {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
     use std::collections::HashMap;

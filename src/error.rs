@@ -44,6 +44,13 @@ pub enum ApiError {
     /// 400 `Invalid search type or parameters`.
     #[error("invalid search type")]
     InvalidSearchType,
+    /// 400 with a message naming a header that holds no UUID (`Invalid LLM ID`,
+    /// `Invalid pipeline ID`, the relay's `Invalid LLM ID: <reason>`).
+    #[error("invalid header id: {0}")]
+    InvalidHeaderId(String),
+    /// 400 `Missing required headers: …` (the relay's all-or-none headers).
+    #[error("missing required headers")]
+    MissingRelayHeaders,
     /// 400 `Vector embedding not found`, `details.embedding_id`.
     #[error("vector embedding not found")]
     VectorEmbeddingNotFound(Option<Uuid>),
@@ -122,6 +129,13 @@ pub enum ApiError {
     /// 500 `Failed to get stream info: <reason>` (statistics).
     #[error("stream info: {0}")]
     StreamInfo(String),
+    /// 500 `Stream error: <reason>`: a model server failed before answering (or, with
+    /// `stream` false, at any point). The reason never holds a secret.
+    #[error("stream error: {0}")]
+    Stream(String),
+    /// 500 with the HTTP client's message: the relay could not reach the model server.
+    #[error("model server unreachable: {0}")]
+    ModelServerUnreachable(String),
 
     /// A plain-text response of §Errors "Responses without the JSON body".
     #[error("{message}")]
@@ -158,6 +172,8 @@ impl ApiError {
             | Self::ClassificationMismatch
             | Self::InvalidVersion
             | Self::InvalidSearchType
+            | Self::InvalidHeaderId(_)
+            | Self::MissingRelayHeaders
             | Self::VectorEmbeddingNotFound(_) => StatusCode::BAD_REQUEST,
             Self::NoApiKey | Self::NoApiSecret | Self::InvalidKeyId | Self::InvalidKeyOrSecret => {
                 StatusCode::UNAUTHORIZED
@@ -175,7 +191,9 @@ impl ApiError {
             | Self::Nats(_)
             | Self::Decryption
             | Self::Grpc(_)
-            | Self::StreamInfo(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            | Self::StreamInfo(_)
+            | Self::Stream(_)
+            | Self::ModelServerUnreachable(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Plain { status, .. } => *status,
         }
     }
@@ -206,6 +224,11 @@ impl ApiError {
             Self::ClassificationMismatch => ("Classification mismatch".to_owned(), None),
             Self::InvalidVersion => ("Invalid version".to_owned(), None),
             Self::InvalidSearchType => ("Invalid search type or parameters".to_owned(), None),
+            Self::InvalidHeaderId(message) => (message.clone(), None),
+            Self::MissingRelayHeaders => (
+                "Missing required headers: either all of X-Agent-Id, X-Pipeline-Id, and X-Pipeline-Classification must be provided, or none of them".to_owned(),
+                None,
+            ),
             Self::VectorEmbeddingNotFound(id) => (
                 "Vector embedding not found".to_owned(),
                 Some(json!({ "embedding_id": id })),
@@ -274,6 +297,8 @@ impl ApiError {
                 Some(json!({ "error": format!("gRPC error: {status}") })),
             ),
             Self::StreamInfo(reason) => (format!("Failed to get stream info: {reason}"), None),
+            Self::Stream(reason) => (format!("Stream error: {reason}"), None),
+            Self::ModelServerUnreachable(message) => (message.clone(), None),
             Self::Plain { .. } => return None,
         };
         Some(pair)

@@ -4,6 +4,7 @@
 //! `store` (SQL), `auth`, `ingest`, and the start-up glue.
 
 pub mod access;
+pub mod agents;
 pub mod auth;
 pub mod config;
 pub mod crypto;

@@ -8,6 +8,7 @@ use crate::crypto::at_rest::Cipher;
 use crate::ingest::queue::Queue;
 use crate::metrics::ApiMetrics;
 use crate::providers::embedding::EmbedderCache;
+use crate::providers::llm::LlmClient;
 use crate::providers::sidecar_client::SidecarClient;
 use crate::providers::splitting::TextSplitting;
 use crate::retrieval::estimates::ScopeEstimates;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub splitting: TextSplitting,
     /// The planner's estimates of search scopes, reused for a minute.
     pub scope_estimates: Arc<ScopeEstimates>,
+    /// The client of model servers (one connection pool, the LLM timeouts).
+    pub llm: LlmClient,
 }
 
 impl AppState {
@@ -40,6 +43,8 @@ impl AppState {
         };
         let cipher = Cipher::new(config.secret.expose());
         let embedders = EmbedderCache::new(&config, sidecar.clone());
+        let llm = LlmClient::new(config.llm_connect_timeout, config.llm_read_timeout)
+            .map_err(|e| StateError::Llm(e.to_string()))?;
         let splitting = match sidecar {
             Some(client) => TextSplitting::Sidecar(client),
             None => TextSplitting::InProcess(embedders.local_models().clone()),
@@ -53,6 +58,7 @@ impl AppState {
             embedders,
             splitting,
             scope_estimates: Arc::default(),
+            llm,
         })
     }
 }
@@ -62,4 +68,6 @@ impl AppState {
 pub enum StateError {
     #[error("TROVE_SIDECAR_URL: {0}")]
     Sidecar(String),
+    #[error("llm client: {0}")]
+    Llm(String),
 }

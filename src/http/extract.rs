@@ -287,3 +287,21 @@ impl<T: Send + Sync> poem_openapi::types::ToJSON for Opaque<T> {
         None
     }
 }
+
+/// A header the operation requires, as text: missing is 400 ``Header of type `<name>` was
+/// missing``, a value with characters other than visible ASCII (and space) 400
+/// `invalid HTTP header (<name>)`, both plain text.
+pub fn required_header<'r>(request: &'r Request, name: &str) -> Result<&'r str, ApiError> {
+    let value = request.headers().get(name).ok_or_else(|| ApiError::Plain {
+        status: StatusCode::BAD_REQUEST,
+        message: format!("Header of type `{name}` was missing"),
+    })?;
+    value
+        .to_str()
+        .ok()
+        .filter(|text| text.bytes().all(|b| (0x20..=0x7e).contains(&b)))
+        .ok_or_else(|| ApiError::Plain {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("invalid HTTP header ({name})"),
+        })
+}

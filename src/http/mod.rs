@@ -6,12 +6,15 @@ pub mod core;
 pub mod documents;
 pub mod embedding;
 pub mod extract;
+pub mod llms;
 pub mod pipelines;
+pub mod relay;
 pub mod respond;
 pub mod routes;
 pub mod search;
 pub mod shell;
 pub mod statistics;
+pub mod streaming;
 pub mod taxonomies;
 pub mod text_splitters;
 
@@ -44,6 +47,8 @@ pub enum ApiTags {
     Search,
     /// Taxonomies of metadata values.
     Taxonomies,
+    /// LLMs: registrations of model servers, direct queries and the chat-completions relay.
+    Llms,
 }
 
 /// Every operation group, in the order of the reference.
@@ -56,6 +61,8 @@ pub type Apis = (
     documents::DocumentsApi,
     search::SearchApi,
     taxonomies::TaxonomiesApi,
+    llms::LlmsApi,
+    relay::RelayApi,
 );
 
 /// The release string of the OpenAPI document (`<year>-<month>`).
@@ -72,6 +79,8 @@ pub fn openapi_service() -> OpenApiService<Apis, ()> {
         documents::DocumentsApi,
         search::SearchApi,
         taxonomies::TaxonomiesApi,
+        llms::LlmsApi,
+        relay::RelayApi,
     );
     OpenApiService::new(apis, "Trove", API_VERSION)
         .description("Knowledge retrieval and agent service.")
@@ -142,7 +151,7 @@ pub fn app(state: AppState) -> impl Endpoint {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     /// The OpenAPI document is an artifact: a change to it must be reviewed and accepted.
     #[test]

@@ -2,7 +2,10 @@
 
 pub mod embedding;
 pub mod hash_embedding;
+pub mod llm;
 pub mod local_embedding;
+pub mod ollama_chat;
+pub mod openai_chat;
 pub mod openai_embedding;
 pub mod sidecar_client;
 pub mod splitting;

@@ -5,10 +5,14 @@ pub mod classifications;
 pub mod documents;
 pub mod embedding_models;
 pub mod filters;
+pub mod llms;
 pub mod pipelines;
 pub mod search;
 pub mod taxonomies;
 pub mod text_splitters;
+
+/// The list envelope the list functions return: `data`, `page_info`, `query_info`.
+pub use crate::store::listing::Envelope;
 
 /// Validates a `name` field: 1–255 characters.
 pub fn validate_name(name: &str) -> Result<(), crate::error::ApiError> {

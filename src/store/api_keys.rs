@@ -286,6 +286,8 @@ pub async fn object_exists(
         }
         ObjectType::TextSplitters => "SELECT EXISTS (SELECT 1 FROM text_splitters WHERE id = $1)",
         ObjectType::Taxonomies => "SELECT EXISTS (SELECT 1 FROM taxonomies WHERE id = $1)",
+        ObjectType::Agents => "SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1)",
+        ObjectType::Llms => "SELECT EXISTS (SELECT 1 FROM llms WHERE id = $1)",
         // Types with no stored objects in this release: nothing exists to name.
         _ => return Ok(false),
     };

@@ -22,6 +22,8 @@ fn counted_table(object_type: ObjectType) -> Option<&'static str> {
         ObjectType::Pipelines => Some("SELECT count(*) FROM pipelines"),
         ObjectType::TextSplitters => Some("SELECT count(*) FROM text_splitters"),
         ObjectType::Taxonomies => Some("SELECT count(*) FROM taxonomies"),
+        ObjectType::Agents => Some("SELECT count(*) FROM agents"),
+        ObjectType::Llms => Some("SELECT count(*) FROM llms"),
         _ => None,
     }
 }

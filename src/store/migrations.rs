@@ -57,6 +57,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "metadata_field_statistics",
         sql: include_str!("../../migrations/0008_metadata_field_statistics.sql"),
     },
+    Migration {
+        version: 9,
+        name: "agents_llms",
+        sql: include_str!("../../migrations/0009_agents_llms.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).
@@ -163,7 +168,7 @@ pub async fn is_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
 

@@ -9,6 +9,7 @@ pub mod ingestion;
 pub mod install;
 pub mod license;
 pub mod listing;
+pub mod llms;
 pub mod migrations;
 pub mod pipelines;
 pub mod taxonomies;

@@ -1,7 +1,7 @@
 //! Integration tests through HTTP against real Postgres and NATS. One binary, one module per
 //! feature.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 mod helpers;
 
@@ -10,9 +10,11 @@ mod auth;
 mod core;
 mod documents;
 mod embedding;
+mod fake_llm;
 mod ingestion;
 mod license;
 mod lists;
+mod llm_chat;
 mod local_models;
 mod mcp;
 mod mcp_client;

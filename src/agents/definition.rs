@@ -1,0 +1,1399 @@
+//! Agent definitions: the prompt messages and placeholders of an agent, the checks an agent
+//! must pass to be stored, and the checks and rendering of an execution.
+//!
+//! A definition is validated as a whole (at create, and after a PATCH is merged) by
+//! [`AgentDefinition::validate`], which reports the first failing rule in a fixed order so that
+//! the same definition always yields the same error:
+//!
+//! 1. the name has 1–255 characters;
+//! 2. no placeholder is of a type that is not implemented (`hybrid`, `history`);
+//! 3. the prompt has a `system` and a `user` message and ends with a `user` message;
+//! 4. placeholder names are unique identifiers of at most 64 characters, every template
+//!    reference names a placeholder, and every retrieval placeholder targets a `query`
+//!    placeholder;
+//! 5. every retrieval placeholder has usable parameters (`k` ≥ 1, `fetch_k` ≥ `k`,
+//!    `lambda_mult` within 0..=1).
+//!
+//! Messages count for rules 3 and 4 whether or not they are `include`d: an excluded message is
+//! still stored and may be included by a later update.
+//!
+//! At execution, [`AgentDefinition::check_execution_variables`] checks the client's variables
+//! and [`AgentDefinition::render_messages`] produces what is sent to the model. Nothing here
+//! does IO; retrieval results reach rendering as already-joined text.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::template::{Template, Unfilled};
+use crate::metadata_schema::is_identifier;
+
+/// The most characters an agent name may have.
+pub const MAX_AGENT_NAME_CHARS: usize = 255;
+
+/// The most characters a placeholder name may have.
+pub const MAX_PLACEHOLDER_NAME_CHARS: usize = 64;
+
+/// The author of a prompt message, as the chat model sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions to the model.
+    System,
+    /// The end user's turn; a prompt always ends with one.
+    User,
+    /// A previous answer of the model, given as an example or context.
+    Assistant,
+}
+
+impl Role {
+    /// The role's name on the wire: `system`, `user` or `assistant`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// One message of an agent's prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who speaks.
+    pub role: Role,
+    /// The message text, with placeholder references (see [`super::template`]).
+    pub template: String,
+    /// Whether the message is sent to the model (and traced). An excluded message is still
+    /// stored, validated and returned. Defaults to true when absent.
+    #[serde(default = "include_by_default")]
+    pub include: bool,
+}
+
+/// Messages are sent unless the client says otherwise.
+fn include_by_default() -> bool {
+    true
+}
+
+/// The type of a placeholder: where its value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlaceholderType {
+    /// A value the client supplies at execution.
+    Query,
+    /// Fragments found by vector similarity to a query placeholder's value.
+    Similarity,
+    /// Fragments found by maximal marginal relevance.
+    Mmr,
+    /// Fragments found by full-text search.
+    Search,
+    /// Hybrid retrieval: accepted by the interface's type list, not implemented.
+    Hybrid,
+    /// Conversation history: accepted by the interface's type list, not implemented.
+    History,
+}
+
+impl PlaceholderType {
+    /// The type's name on the wire, lowercase (`query`, `similarity`, `mmr`, …); also the
+    /// `<placeholder>` of the message `Invalid placeholder of type <placeholder>`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Query => "query",
+            Self::Similarity => "similarity",
+            Self::Mmr => "mmr",
+            Self::Search => "search",
+            Self::Hybrid => "hybrid",
+            Self::History => "history",
+        }
+    }
+
+    /// Whether an execution fills the placeholder by searching the pipeline: `similarity`,
+    /// `mmr` and `search`.
+    ///
+    /// `hybrid` is not counted although its name suggests retrieval: no search exists for it,
+    /// and a definition holding it is rejected as not implemented before any rule about
+    /// retrieval placeholders is checked.
+    pub fn is_retrieval(self) -> bool {
+        matches!(self, Self::Similarity | Self::Mmr | Self::Search)
+    }
+
+    /// Whether agents may use the type; `hybrid` and `history` are refused at create and update.
+    pub fn is_implemented(self) -> bool {
+        !matches!(self, Self::Hybrid | Self::History)
+    }
+}
+
+impl fmt::Display for PlaceholderType {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// The search parameters of a retrieval placeholder, with the meaning they have in search.
+///
+/// Deserializing an object follows the interface's rule for a `params` object that is
+/// present: omitted `k` and `fetch_k` are 0 (and so fail validation), `lambda_mult` is 0.5,
+/// `threshold` and `embedding` are null. When `params` is absent or null altogether,
+/// [`RetrievalParams::default`] applies instead.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RetrievalParams {
+    /// How many fragments the placeholder receives.
+    #[serde(default)]
+    pub k: u32,
+    /// How many candidates MMR chooses the `k` fragments from.
+    #[serde(default)]
+    pub fetch_k: u32,
+    /// MMR's balance between relevance (1) and diversity (0).
+    #[serde(default = "default_lambda_mult")]
+    pub lambda_mult: f64,
+    /// The least score a fragment needs, if any.
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    /// The vector embedding (or embedding model) to search, when not the pipeline's default.
+    #[serde(default)]
+    pub embedding: Option<Uuid>,
+}
+
+/// `lambda_mult` when a `params` object omits it.
+fn default_lambda_mult() -> f64 {
+    0.5
+}
+
+impl Default for RetrievalParams {
+    /// The parameters of a retrieval placeholder created without `params` (or with null):
+    /// `k` 5, `fetch_k` 10, `lambda_mult` 0.5, no threshold, the pipeline's embedding.
+    fn default() -> Self {
+        Self {
+            k: 5,
+            fetch_k: 10,
+            lambda_mult: default_lambda_mult(),
+            threshold: None,
+            embedding: None,
+        }
+    }
+}
+
+impl RetrievalParams {
+    /// The parameters of a `params` object that is present, from its fields as given:
+    /// omitted `k` and `fetch_k` are 0 and an omitted `lambda_mult` is 0.5, as in search.
+    pub fn from_partial(
+        k: Option<u32>,
+        fetch_k: Option<u32>,
+        lambda_mult: Option<f64>,
+        threshold: Option<f64>,
+        embedding: Option<Uuid>,
+    ) -> Self {
+        Self {
+            k: k.unwrap_or(0),
+            fetch_k: fetch_k.unwrap_or(0),
+            lambda_mult: lambda_mult.unwrap_or_else(default_lambda_mult),
+            threshold,
+            embedding,
+        }
+    }
+
+    /// Whether the parameters can drive a search: at least one fragment, at least as many
+    /// candidates as fragments, and `lambda_mult` within 0..=1 (NaN is outside).
+    pub fn is_valid(&self) -> bool {
+        self.k >= 1 && self.fetch_k >= self.k && (0.0..=1.0).contains(&self.lambda_mult)
+    }
+}
+
+/// A named placeholder of an agent.
+///
+/// Built through [`Placeholder::new`] (deserialization uses it too), a placeholder is
+/// normalised: a `query` placeholder has neither target nor params, a retrieval placeholder
+/// always has params. `hybrid` and `history` placeholders keep what they were given, since no
+/// valid definition holds them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "PlaceholderFields")]
+pub struct Placeholder {
+    /// The name templates refer to it by.
+    pub name: String,
+    /// Where its value comes from.
+    #[serde(rename = "type")]
+    pub kind: PlaceholderType,
+    /// For a retrieval placeholder, the name of the `query` placeholder whose value is the
+    /// search query.
+    pub target: Option<String>,
+    /// For a retrieval placeholder, its search parameters.
+    pub params: Option<RetrievalParams>,
+}
+
+/// A placeholder as written by a client or read from storage, before normalisation.
+#[derive(Deserialize)]
+struct PlaceholderFields {
+    name: String,
+    #[serde(rename = "type")]
+    kind: PlaceholderType,
+    #[serde(default)]
+    target: Option<String>,
+    #[serde(default)]
+    params: Option<RetrievalParams>,
+}
+
+impl From<PlaceholderFields> for Placeholder {
+    fn from(fields: PlaceholderFields) -> Self {
+        Self::new(fields.name, fields.kind, fields.target, fields.params)
+    }
+}
+
+impl Placeholder {
+    /// A normalised placeholder: for `query`, `target` and `params` are dropped; for a
+    /// retrieval type, absent `params` become [`RetrievalParams::default`].
+    pub fn new(
+        name: impl Into<String>,
+        kind: PlaceholderType,
+        target: Option<String>,
+        params: Option<RetrievalParams>,
+    ) -> Self {
+        let (target, params) = if kind == PlaceholderType::Query {
+            (None, None)
+        } else if kind.is_retrieval() {
+            (target, Some(params.unwrap_or_default()))
+        } else {
+            (target, params)
+        };
+        Self {
+            name: name.into(),
+            kind,
+            target,
+            params,
+        }
+    }
+
+    /// The parameters a search for this placeholder uses: its own, or the defaults when it
+    /// has none (only possible for a placeholder not built by [`Placeholder::new`]).
+    pub fn effective_params(&self) -> RetrievalParams {
+        self.params.unwrap_or_default()
+    }
+}
+
+/// What an agent is: its name, description, prompt and placeholders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentDefinition {
+    /// Unique among agents; 1–255 characters.
+    pub name: String,
+    /// Free text, or none.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The messages sent to the model, in order.
+    pub prompt: Vec<Message>,
+    /// The placeholders the templates may reference, in definition order.
+    pub placeholders: Vec<Placeholder>,
+}
+
+/// Why a definition cannot be stored. Each variant documents the interface response it
+/// becomes; the messages of `Display` are for logs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DefinitionError {
+    /// 400 `Invalid parameter` with `details.error` `Invalid name`.
+    #[error("agent name must have 1 to {MAX_AGENT_NAME_CHARS} characters")]
+    InvalidName,
+    /// 501 `Not implemented`: a placeholder of this type (`hybrid` or `history`).
+    #[error("placeholder type {0} is not implemented")]
+    NotImplemented(PlaceholderType),
+    /// 400 `Invalid prompt type`: no system message, no user message, or the last message is
+    /// not a user message.
+    #[error("prompt needs a system and a user message and must end with a user message")]
+    InvalidPromptType,
+    /// 400 `Invalid prompt`, without details; the problem is for logs.
+    #[error("invalid prompt: {0}")]
+    InvalidPrompt(PromptProblem),
+    /// 400 `Invalid placeholder of type <type>`, `<type>` being the lowercase type name
+    /// ([`PlaceholderType::as_str`]).
+    #[error("invalid parameters for a placeholder of type {0}")]
+    InvalidPlaceholder(PlaceholderType),
+}
+
+/// What makes a prompt invalid (all reported as 400 `Invalid prompt`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PromptProblem {
+    /// A placeholder name is not an identifier (`[A-Za-z_][A-Za-z0-9_]*`).
+    #[error("placeholder name {0:?} is not an identifier")]
+    NameNotIdentifier(String),
+    /// A placeholder name is longer than [`MAX_PLACEHOLDER_NAME_CHARS`].
+    #[error("placeholder name {0:?} is longer than {MAX_PLACEHOLDER_NAME_CHARS} characters")]
+    NameTooLong(String),
+    /// Two placeholders share this name.
+    #[error("placeholder name {0:?} is defined twice")]
+    DuplicateName(String),
+    /// A template references this name, which is no placeholder.
+    #[error("template references undefined placeholder {0:?}")]
+    UndefinedReference(String),
+    /// This retrieval placeholder has no target.
+    #[error("retrieval placeholder {0:?} has no target")]
+    MissingTarget(String),
+    /// A retrieval placeholder targets a name that is not a `query` placeholder.
+    #[error(
+        "retrieval placeholder {placeholder:?} targets {target:?}, which is not a query placeholder"
+    )]
+    TargetNotQuery {
+        /// The retrieval placeholder.
+        placeholder: String,
+        /// What it targets.
+        target: String,
+    },
+}
+
+/// Why an execution's variables are not enough to run the agent.
+///
+/// `Display` gives the interface's `details.error` text of the 400 `Invalid parameter`
+/// response, reproduced exactly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VariableError {
+    /// Query placeholders referenced by a template have no value (definition order).
+    #[error("Missing prompt variables: {}", .0.join(", "))]
+    MissingPromptVariables(Vec<String>),
+    /// The target of this retrieval placeholder has no value.
+    #[error("Missing target for placeholder: {0}")]
+    MissingTarget(String),
+}
+
+/// A prompt message after rendering, as sent to the model and kept in a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenderedMessage {
+    /// Who speaks.
+    pub role: Role,
+    /// The message text with every placeholder filled.
+    pub content: String,
+}
+
+impl AgentDefinition {
+    /// Checks every rule a stored agent obeys, in the order listed in the module
+    /// documentation, and returns the first failure.
+    pub fn validate(&self) -> Result<(), DefinitionError> {
+        self.check_name()?;
+        self.check_placeholder_types_implemented()?;
+        self.check_prompt_roles()?;
+        self.check_prompt_references()
+            .map_err(DefinitionError::InvalidPrompt)?;
+        self.check_retrieval_params()
+    }
+
+    /// The query placeholders an execution must supply: those referenced in a template (of
+    /// any message, included or not) or targeted by a retrieval placeholder, in definition
+    /// order.
+    pub fn variables(&self) -> Vec<String> {
+        let referenced = self.referenced_names();
+        let targeted: HashSet<&str> = self
+            .retrieval_placeholders()
+            .filter_map(|placeholder| placeholder.target.as_deref())
+            .collect();
+        self.query_placeholders()
+            .map(|placeholder| placeholder.name.as_str())
+            .filter(|name| referenced.contains(*name) || targeted.contains(name))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The placeholders an execution fills by searching, in definition order. Every one of
+    /// them runs, whether a template references it or not.
+    pub fn retrieval_placeholders(&self) -> impl Iterator<Item = &Placeholder> {
+        self.placeholders
+            .iter()
+            .filter(|placeholder| placeholder.kind.is_retrieval())
+    }
+
+    /// The query placeholders referenced by a template (of any message, included or not) that
+    /// have no value in `variables`, in definition order.
+    pub fn missing_template_variables(&self, variables: &HashMap<String, String>) -> Vec<String> {
+        let referenced = self.referenced_names();
+        self.query_placeholders()
+            .map(|placeholder| placeholder.name.as_str())
+            .filter(|name| referenced.contains(*name) && !variables.contains_key(*name))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The retrieval placeholders whose target has no value in `variables` (or that have no
+    /// target), in definition order.
+    pub fn missing_targets(&self, variables: &HashMap<String, String>) -> Vec<String> {
+        self.retrieval_placeholders()
+            .filter(|placeholder| {
+                placeholder
+                    .target
+                    .as_ref()
+                    .is_none_or(|target| !variables.contains_key(target))
+            })
+            .map(|placeholder| placeholder.name.clone())
+            .collect()
+    }
+
+    /// The variable checks of an execution, in the interface's order: first every query
+    /// placeholder a template needs, then the first retrieval placeholder whose target has no
+    /// value (a target no template references is caught only here).
+    pub fn check_execution_variables(
+        &self,
+        variables: &HashMap<String, String>,
+    ) -> Result<(), VariableError> {
+        let missing = self.missing_template_variables(variables);
+        if !missing.is_empty() {
+            return Err(VariableError::MissingPromptVariables(missing));
+        }
+        self.check_retrieval_variables(variables)
+    }
+
+    /// The variable check of a retrieval dry run, which renders nothing: only the targets of
+    /// retrieval placeholders are needed. Reports the first placeholder lacking one.
+    pub fn check_retrieval_variables(
+        &self,
+        variables: &HashMap<String, String>,
+    ) -> Result<(), VariableError> {
+        match self.missing_targets(variables).into_iter().next() {
+            Some(placeholder) => Err(VariableError::MissingTarget(placeholder)),
+            None => Ok(()),
+        }
+    }
+
+    /// Renders every included message, in order. `values` holds the query variables and,
+    /// for each retrieval placeholder, its fragments' text already joined.
+    ///
+    /// Fails with the names left unfilled across all included messages (first appearance,
+    /// each once). After [`Self::check_execution_variables`] and with every retrieval result
+    /// supplied, this cannot happen; it guards against the two drifting apart.
+    pub fn render_messages(
+        &self,
+        values: &HashMap<String, String>,
+    ) -> Result<Vec<RenderedMessage>, Unfilled> {
+        let mut rendered = Vec::new();
+        let mut unfilled: Vec<String> = Vec::new();
+        for message in self.prompt.iter().filter(|message| message.include) {
+            let template = Template::parse(&message.template);
+            match template.render(|name| values.get(name).map(String::as_str)) {
+                Ok(content) => rendered.push(RenderedMessage {
+                    role: message.role,
+                    content,
+                }),
+                Err(Unfilled { names }) => {
+                    for name in names {
+                        if !unfilled.contains(&name) {
+                            unfilled.push(name);
+                        }
+                    }
+                }
+            }
+        }
+        if unfilled.is_empty() {
+            Ok(rendered)
+        } else {
+            Err(Unfilled { names: unfilled })
+        }
+    }
+
+    /// Rule 1: 1–255 characters (not bytes).
+    fn check_name(&self) -> Result<(), DefinitionError> {
+        let length = self.name.chars().count();
+        if (1..=MAX_AGENT_NAME_CHARS).contains(&length) {
+            Ok(())
+        } else {
+            Err(DefinitionError::InvalidName)
+        }
+    }
+
+    /// Rule 2: the first placeholder of an unimplemented type, in definition order.
+    fn check_placeholder_types_implemented(&self) -> Result<(), DefinitionError> {
+        match self
+            .placeholders
+            .iter()
+            .find(|placeholder| !placeholder.kind.is_implemented())
+        {
+            Some(placeholder) => Err(DefinitionError::NotImplemented(placeholder.kind)),
+            None => Ok(()),
+        }
+    }
+
+    /// Rule 3 (the interface's prompt rules 1 and 2), over all messages.
+    fn check_prompt_roles(&self) -> Result<(), DefinitionError> {
+        let has_role = |role| self.prompt.iter().any(|message| message.role == role);
+        let ends_with_user = self
+            .prompt
+            .last()
+            .is_some_and(|message| message.role == Role::User);
+        if has_role(Role::System) && has_role(Role::User) && ends_with_user {
+            Ok(())
+        } else {
+            Err(DefinitionError::InvalidPromptType)
+        }
+    }
+
+    /// Rule 4 (the interface's prompt rules 3 and 4 with the addendum's name rules): names
+    /// first, in definition order, then template references in message order, then targets.
+    fn check_prompt_references(&self) -> Result<(), PromptProblem> {
+        let mut kinds_by_name: HashMap<&str, PlaceholderType> = HashMap::new();
+        for placeholder in &self.placeholders {
+            let name = placeholder.name.as_str();
+            if !is_identifier(name) {
+                return Err(PromptProblem::NameNotIdentifier(name.to_owned()));
+            }
+            // Identifiers are ASCII, so bytes are characters here.
+            if name.len() > MAX_PLACEHOLDER_NAME_CHARS {
+                return Err(PromptProblem::NameTooLong(name.to_owned()));
+            }
+            if kinds_by_name.insert(name, placeholder.kind).is_some() {
+                return Err(PromptProblem::DuplicateName(name.to_owned()));
+            }
+        }
+        for message in &self.prompt {
+            let template = Template::parse(&message.template);
+            if let Some(undefined) = template
+                .names()
+                .find(|name| !kinds_by_name.contains_key(name))
+            {
+                return Err(PromptProblem::UndefinedReference(undefined.to_owned()));
+            }
+        }
+        for placeholder in self.retrieval_placeholders() {
+            let Some(target) = placeholder.target.as_deref() else {
+                return Err(PromptProblem::MissingTarget(placeholder.name.clone()));
+            };
+            if kinds_by_name.get(target) != Some(&PlaceholderType::Query) {
+                return Err(PromptProblem::TargetNotQuery {
+                    placeholder: placeholder.name.clone(),
+                    target: target.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Rule 5 (the interface's prompt rule 5), for every retrieval placeholder in definition
+    /// order, referenced or not.
+    fn check_retrieval_params(&self) -> Result<(), DefinitionError> {
+        match self
+            .retrieval_placeholders()
+            .find(|placeholder| !placeholder.effective_params().is_valid())
+        {
+            Some(placeholder) => Err(DefinitionError::InvalidPlaceholder(placeholder.kind)),
+            None => Ok(()),
+        }
+    }
+
+    /// The query placeholders, in definition order.
+    fn query_placeholders(&self) -> impl Iterator<Item = &Placeholder> {
+        self.placeholders
+            .iter()
+            .filter(|placeholder| placeholder.kind == PlaceholderType::Query)
+    }
+
+    /// Every name referenced by a template of any message, included or not.
+    fn referenced_names(&self) -> HashSet<String> {
+        self.prompt
+            .iter()
+            .flat_map(|message| {
+                Template::parse(&message.template)
+                    .names()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message(role: Role, template: &str) -> Message {
+        Message {
+            role,
+            template: template.to_owned(),
+            include: true,
+        }
+    }
+
+    fn excluded(role: Role, template: &str) -> Message {
+        Message {
+            include: false,
+            ..message(role, template)
+        }
+    }
+
+    fn query(name: &str) -> Placeholder {
+        Placeholder::new(name, PlaceholderType::Query, None, None)
+    }
+
+    fn retrieval(name: &str, kind: PlaceholderType, target: &str) -> Placeholder {
+        Placeholder::new(name, kind, Some(target.to_owned()), None)
+    }
+
+    fn with_params(mut placeholder: Placeholder, params: RetrievalParams) -> Placeholder {
+        placeholder.params = Some(params);
+        placeholder
+    }
+
+    /// A valid agent: a question, its similarity context, and an unreferenced MMR search.
+    fn agent() -> AgentDefinition {
+        AgentDefinition {
+            name: "support".to_owned(),
+            description: None,
+            prompt: vec![
+                message(Role::System, "Answer from this context:\n{context}"),
+                message(Role::User, "{question}"),
+            ],
+            placeholders: vec![
+                query("question"),
+                retrieval("context", PlaceholderType::Similarity, "question"),
+            ],
+        }
+    }
+
+    fn variables(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    fn prompt_problem(definition: &AgentDefinition) -> Option<PromptProblem> {
+        match definition.validate() {
+            Err(DefinitionError::InvalidPrompt(problem)) => Some(problem),
+            _ => None,
+        }
+    }
+
+    // Types and serde.
+
+    #[test]
+    fn valid_agent_validates() {
+        assert_eq!(agent().validate(), Ok(()));
+    }
+
+    #[test]
+    fn placeholder_types_are_lowercase_on_the_wire() {
+        for kind in [
+            PlaceholderType::Query,
+            PlaceholderType::Similarity,
+            PlaceholderType::Mmr,
+            PlaceholderType::Search,
+            PlaceholderType::Hybrid,
+            PlaceholderType::History,
+        ] {
+            assert_eq!(serde_json::to_value(kind).ok(), Some(json!(kind.as_str())));
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
+        assert!(serde_json::from_value::<PlaceholderType>(json!("Query")).is_err());
+    }
+
+    #[test]
+    fn retrieval_types_are_similarity_mmr_and_search() {
+        use PlaceholderType::*;
+        let retrieval: Vec<_> = [Query, Similarity, Mmr, Search, Hybrid, History]
+            .into_iter()
+            .filter(|kind| kind.is_retrieval())
+            .collect();
+        assert_eq!(retrieval, [Similarity, Mmr, Search]);
+        assert!(!Hybrid.is_implemented() && !History.is_implemented());
+        assert!(Query.is_implemented() && Search.is_implemented());
+    }
+
+    #[test]
+    fn roles_are_lowercase_and_unknown_roles_are_rejected() {
+        assert_eq!(
+            serde_json::to_value(Role::Assistant).ok(),
+            Some(json!("assistant"))
+        );
+        assert_eq!(Role::System.as_str(), "system");
+        assert!(serde_json::from_value::<Role>(json!("tool")).is_err());
+    }
+
+    #[test]
+    fn message_include_defaults_to_true() {
+        let parsed: Result<Message, _> =
+            serde_json::from_value(json!({"role": "user", "template": "hi"}));
+        assert_eq!(parsed.ok(), Some(message(Role::User, "hi")));
+    }
+
+    #[test]
+    fn default_params() {
+        assert_eq!(
+            RetrievalParams::default(),
+            RetrievalParams {
+                k: 5,
+                fetch_k: 10,
+                lambda_mult: 0.5,
+                threshold: None,
+                embedding: None,
+            }
+        );
+    }
+
+    #[test]
+    fn partial_params_default_to_zero_counts() {
+        let params = RetrievalParams::from_partial(None, None, None, Some(0.2), None);
+        assert_eq!(
+            params,
+            RetrievalParams {
+                k: 0,
+                fetch_k: 0,
+                lambda_mult: 0.5,
+                threshold: Some(0.2),
+                embedding: None,
+            }
+        );
+        let parsed: Result<RetrievalParams, _> = serde_json::from_value(json!({"threshold": 0.2}));
+        assert_eq!(parsed.ok(), Some(params));
+    }
+
+    #[test]
+    fn placeholder_deserialization_normalises() {
+        let query: Result<Placeholder, _> = serde_json::from_value(
+            json!({"name": "q", "type": "query", "target": "x", "params": {"k": 3}}),
+        );
+        assert_eq!(
+            query.ok(),
+            Some(Placeholder {
+                name: "q".to_owned(),
+                kind: PlaceholderType::Query,
+                target: None,
+                params: None,
+            })
+        );
+
+        let without_params: Result<Placeholder, _> = serde_json::from_value(
+            json!({"name": "c", "type": "mmr", "target": "q", "params": null}),
+        );
+        assert_eq!(
+            without_params
+                .ok()
+                .and_then(|placeholder| placeholder.params),
+            Some(RetrievalParams::default())
+        );
+
+        let with_partial_params: Result<Placeholder, _> = serde_json::from_value(
+            json!({"name": "c", "type": "mmr", "target": "q", "params": {"k": 2}}),
+        );
+        assert_eq!(
+            with_partial_params
+                .ok()
+                .and_then(|placeholder| placeholder.params),
+            Some(RetrievalParams::from_partial(
+                Some(2),
+                None,
+                None,
+                None,
+                None
+            ))
+        );
+    }
+
+    #[test]
+    fn placeholder_serializes_every_field() {
+        let embedding = Uuid::nil();
+        let placeholder = with_params(
+            retrieval("c", PlaceholderType::Similarity, "q"),
+            RetrievalParams {
+                embedding: Some(embedding),
+                ..RetrievalParams::default()
+            },
+        );
+        assert_eq!(
+            serde_json::to_value(&placeholder).ok(),
+            Some(json!({
+                "name": "c",
+                "type": "similarity",
+                "target": "q",
+                "params": {"k": 5, "fetch_k": 10, "lambda_mult": 0.5, "threshold": null,
+                           "embedding": embedding},
+            }))
+        );
+        assert_eq!(
+            serde_json::to_value(query("q")).ok(),
+            Some(json!({"name": "q", "type": "query", "target": null, "params": null}))
+        );
+    }
+
+    #[test]
+    fn definition_round_trips_through_json() {
+        let definition = AgentDefinition {
+            description: Some("answers support questions".to_owned()),
+            ..agent()
+        };
+        let stored = serde_json::to_value(&definition).ok();
+        let restored = stored.and_then(|value| serde_json::from_value(value).ok());
+        assert_eq!(restored, Some(definition));
+    }
+
+    // Rule 1: name.
+
+    #[test]
+    fn name_must_have_1_to_255_characters() {
+        let named = |name: String| AgentDefinition { name, ..agent() };
+        assert_eq!(
+            named(String::new()).validate(),
+            Err(DefinitionError::InvalidName)
+        );
+        assert_eq!(named("a".repeat(255)).validate(), Ok(()));
+        assert_eq!(
+            named("a".repeat(256)).validate(),
+            Err(DefinitionError::InvalidName)
+        );
+        // 255 characters of two bytes each: counted as characters.
+        assert_eq!(named("é".repeat(255)).validate(), Ok(()));
+        assert_eq!(
+            named("é".repeat(256)).validate(),
+            Err(DefinitionError::InvalidName)
+        );
+    }
+
+    // Rule 2: not implemented.
+
+    #[test]
+    fn hybrid_and_history_are_not_implemented() {
+        for kind in [PlaceholderType::Hybrid, PlaceholderType::History] {
+            let mut definition = agent();
+            definition.placeholders.push(Placeholder::new(
+                "extra",
+                kind,
+                Some("question".to_owned()),
+                None,
+            ));
+            assert_eq!(
+                definition.validate(),
+                Err(DefinitionError::NotImplemented(kind))
+            );
+        }
+    }
+
+    #[test]
+    fn unreferenced_hybrid_is_still_not_implemented() {
+        let mut definition = agent();
+        definition
+            .placeholders
+            .push(Placeholder::new("h", PlaceholderType::History, None, None));
+        assert_eq!(
+            definition.validate(),
+            Err(DefinitionError::NotImplemented(PlaceholderType::History))
+        );
+    }
+
+    // Rule 3: prompt roles.
+
+    #[test]
+    fn prompt_needs_system_and_user_and_ends_with_user() {
+        let prompts = [
+            vec![],
+            vec![message(Role::User, "{question}")],
+            vec![message(Role::System, "s")],
+            vec![
+                message(Role::System, "s"),
+                message(Role::Assistant, "{question}"),
+            ],
+            vec![
+                message(Role::System, "s"),
+                message(Role::User, "{question}"),
+                message(Role::Assistant, "a"),
+            ],
+            vec![
+                message(Role::User, "{question}"),
+                message(Role::System, "s"),
+            ],
+        ];
+        for prompt in prompts {
+            let definition = AgentDefinition {
+                prompt: prompt.clone(),
+                ..agent()
+            };
+            assert_eq!(
+                definition.validate(),
+                Err(DefinitionError::InvalidPromptType),
+                "{prompt:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn user_may_come_first_and_assistant_in_between() {
+        let definition = AgentDefinition {
+            prompt: vec![
+                message(Role::User, "hello"),
+                message(Role::System, "s"),
+                message(Role::Assistant, "example {context}"),
+                message(Role::User, "{question}"),
+            ],
+            ..agent()
+        };
+        assert_eq!(definition.validate(), Ok(()));
+    }
+
+    #[test]
+    fn excluded_messages_count_for_prompt_roles() {
+        let only_excluded_system = AgentDefinition {
+            prompt: vec![
+                excluded(Role::System, "s"),
+                message(Role::User, "{question}"),
+            ],
+            ..agent()
+        };
+        assert_eq!(only_excluded_system.validate(), Ok(()));
+
+        let excluded_user_last = AgentDefinition {
+            prompt: vec![
+                message(Role::System, "s"),
+                message(Role::User, "{question}"),
+                excluded(Role::Assistant, "a"),
+            ],
+            ..agent()
+        };
+        assert_eq!(
+            excluded_user_last.validate(),
+            Err(DefinitionError::InvalidPromptType)
+        );
+    }
+
+    // Rule 4: names, references, targets.
+
+    #[test]
+    fn placeholder_name_must_be_an_identifier() {
+        for bad in ["", "1q", "a-b", "a b", "é"] {
+            let mut definition = agent();
+            definition.placeholders.push(query(bad));
+            assert_eq!(
+                prompt_problem(&definition),
+                Some(PromptProblem::NameNotIdentifier(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn placeholder_name_has_at_most_64_characters() {
+        let mut definition = agent();
+        definition.placeholders.push(query(&"a".repeat(64)));
+        assert_eq!(definition.validate(), Ok(()));
+        definition.placeholders.push(query(&"b".repeat(65)));
+        assert_eq!(
+            prompt_problem(&definition),
+            Some(PromptProblem::NameTooLong("b".repeat(65)))
+        );
+    }
+
+    #[test]
+    fn placeholder_names_are_unique() {
+        let mut definition = agent();
+        definition
+            .placeholders
+            .push(retrieval("question", PlaceholderType::Mmr, "question"));
+        assert_eq!(
+            prompt_problem(&definition),
+            Some(PromptProblem::DuplicateName("question".to_owned()))
+        );
+    }
+
+    #[test]
+    fn template_references_must_be_placeholders() {
+        let mut definition = agent();
+        definition
+            .prompt
+            .insert(0, excluded(Role::Assistant, "{question} {unknown}"));
+        assert_eq!(
+            prompt_problem(&definition),
+            Some(PromptProblem::UndefinedReference("unknown".to_owned()))
+        );
+    }
+
+    #[test]
+    fn escaped_and_malformed_braces_are_not_references() {
+        let mut definition = agent();
+        definition.prompt[0].template = "{{unknown}} { x } {1a} {open".to_owned();
+        assert_eq!(definition.validate(), Ok(()));
+    }
+
+    #[test]
+    fn retrieval_placeholder_needs_a_target() {
+        let mut definition = agent();
+        definition.placeholders.push(Placeholder::new(
+            "loose",
+            PlaceholderType::Search,
+            None,
+            None,
+        ));
+        assert_eq!(
+            prompt_problem(&definition),
+            Some(PromptProblem::MissingTarget("loose".to_owned()))
+        );
+    }
+
+    #[test]
+    fn retrieval_target_must_be_a_query_placeholder() {
+        for target in ["context", "nothing", "extra", ""] {
+            let mut definition = agent();
+            definition
+                .placeholders
+                .push(retrieval("extra", PlaceholderType::Mmr, target));
+            assert_eq!(
+                prompt_problem(&definition),
+                Some(PromptProblem::TargetNotQuery {
+                    placeholder: "extra".to_owned(),
+                    target: target.to_owned(),
+                }),
+                "{target:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prompt_problems_are_checked_names_then_references_then_targets() {
+        let mut definition = agent();
+        definition.prompt[1].template = "{question} {unknown}".to_owned();
+        definition.placeholders.push(Placeholder::new(
+            "loose",
+            PlaceholderType::Search,
+            None,
+            None,
+        ));
+        assert_eq!(
+            prompt_problem(&definition),
+            Some(PromptProblem::UndefinedReference("unknown".to_owned()))
+        );
+        definition.placeholders.push(query("question"));
+        assert_eq!(
+            prompt_problem(&definition),
+            Some(PromptProblem::DuplicateName("question".to_owned()))
+        );
+    }
+
+    // Rule 5: retrieval parameters.
+
+    #[test]
+    fn retrieval_params_rule() {
+        let base = RetrievalParams::default();
+        let invalid = [
+            RetrievalParams { k: 0, ..base },
+            RetrievalParams {
+                k: 5,
+                fetch_k: 4,
+                ..base
+            },
+            RetrievalParams {
+                lambda_mult: -0.01,
+                ..base
+            },
+            RetrievalParams {
+                lambda_mult: 1.01,
+                ..base
+            },
+            RetrievalParams {
+                lambda_mult: f64::NAN,
+                ..base
+            },
+            RetrievalParams::from_partial(None, None, None, None, None),
+            RetrievalParams::from_partial(Some(3), None, None, None, None),
+        ];
+        for params in invalid {
+            assert!(!params.is_valid(), "{params:?}");
+        }
+        let valid = [
+            base,
+            RetrievalParams {
+                k: 1,
+                fetch_k: 1,
+                lambda_mult: 0.0,
+                ..base
+            },
+            RetrievalParams {
+                lambda_mult: 1.0,
+                threshold: Some(-3.0),
+                ..base
+            },
+        ];
+        for params in valid {
+            assert!(params.is_valid(), "{params:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_params_name_the_placeholder_type() {
+        for kind in [
+            PlaceholderType::Similarity,
+            PlaceholderType::Mmr,
+            PlaceholderType::Search,
+        ] {
+            let mut definition = agent();
+            definition.placeholders.push(with_params(
+                retrieval("unused", kind, "question"),
+                RetrievalParams {
+                    k: 0,
+                    ..RetrievalParams::default()
+                },
+            ));
+            assert_eq!(
+                definition.validate(),
+                Err(DefinitionError::InvalidPlaceholder(kind))
+            );
+        }
+    }
+
+    #[test]
+    fn first_invalid_retrieval_placeholder_is_reported() {
+        let mut definition = agent();
+        definition.placeholders[1].params = Some(RetrievalParams {
+            fetch_k: 1,
+            ..RetrievalParams::default()
+        });
+        definition.placeholders.push(with_params(
+            retrieval("other", PlaceholderType::Mmr, "question"),
+            RetrievalParams {
+                k: 0,
+                ..RetrievalParams::default()
+            },
+        ));
+        assert_eq!(
+            definition.validate(),
+            Err(DefinitionError::InvalidPlaceholder(
+                PlaceholderType::Similarity
+            ))
+        );
+    }
+
+    #[test]
+    fn retrieval_placeholder_without_params_uses_the_defaults() {
+        let mut definition = agent();
+        definition.placeholders[1].params = None;
+        assert_eq!(definition.validate(), Ok(()));
+    }
+
+    // Order of the rules.
+
+    #[test]
+    fn rules_are_checked_in_order() {
+        let invalid_params = RetrievalParams {
+            k: 0,
+            ..RetrievalParams::default()
+        };
+        let mut definition = agent();
+        definition.placeholders[1].params = Some(invalid_params);
+        assert_eq!(
+            definition.validate(),
+            Err(DefinitionError::InvalidPlaceholder(
+                PlaceholderType::Similarity
+            ))
+        );
+
+        definition.placeholders.push(query("bad name"));
+        assert!(matches!(
+            definition.validate(),
+            Err(DefinitionError::InvalidPrompt(_))
+        ));
+
+        definition.prompt.reverse();
+        assert_eq!(
+            definition.validate(),
+            Err(DefinitionError::InvalidPromptType)
+        );
+
+        definition
+            .placeholders
+            .push(Placeholder::new("h", PlaceholderType::Hybrid, None, None));
+        assert_eq!(
+            definition.validate(),
+            Err(DefinitionError::NotImplemented(PlaceholderType::Hybrid))
+        );
+
+        definition.name.clear();
+        assert_eq!(definition.validate(), Err(DefinitionError::InvalidName));
+    }
+
+    #[test]
+    fn error_messages_for_logs_are_lowercase() {
+        let errors = [
+            DefinitionError::InvalidName,
+            DefinitionError::NotImplemented(PlaceholderType::Hybrid),
+            DefinitionError::InvalidPromptType,
+            DefinitionError::InvalidPrompt(PromptProblem::MissingTarget("c".to_owned())),
+            DefinitionError::InvalidPlaceholder(PlaceholderType::Mmr),
+        ];
+        for error in errors {
+            let message = error.to_string();
+            assert!(message.starts_with(char::is_lowercase), "{message}");
+        }
+    }
+
+    // Variables.
+
+    #[test]
+    fn variables_are_referenced_or_targeted_query_placeholders_in_definition_order() {
+        let definition = AgentDefinition {
+            name: "a".to_owned(),
+            description: None,
+            prompt: vec![
+                message(Role::System, "{context} {topic}"),
+                excluded(Role::User, "{hidden}"),
+                message(Role::User, "{question}"),
+            ],
+            placeholders: vec![
+                query("unused"),
+                query("question"),
+                retrieval("context", PlaceholderType::Similarity, "search_terms"),
+                query("hidden"),
+                query("search_terms"),
+                query("topic"),
+            ],
+        };
+        assert_eq!(definition.validate(), Ok(()));
+        assert_eq!(
+            definition.variables(),
+            names(&["question", "hidden", "search_terms", "topic"])
+        );
+    }
+
+    #[test]
+    fn missing_template_variables_in_definition_order() {
+        let mut definition = agent();
+        definition.placeholders.insert(0, query("tone"));
+        definition
+            .prompt
+            .insert(0, excluded(Role::System, "{tone}"));
+        assert_eq!(
+            definition.missing_template_variables(&variables(&[])),
+            names(&["tone", "question"])
+        );
+        assert_eq!(
+            definition.missing_template_variables(&variables(&[("question", ""), ("extra", "x")])),
+            names(&["tone"])
+        );
+    }
+
+    #[test]
+    fn missing_targets_in_definition_order() {
+        let mut definition = agent();
+        definition.placeholders.push(query("terms"));
+        definition
+            .placeholders
+            .push(retrieval("more", PlaceholderType::Mmr, "terms"));
+        definition
+            .placeholders
+            .push(retrieval("again", PlaceholderType::Search, "question"));
+        assert_eq!(
+            definition.missing_targets(&variables(&[])),
+            names(&["context", "more", "again"])
+        );
+        assert_eq!(
+            definition.missing_targets(&variables(&[("question", "q")])),
+            names(&["more"])
+        );
+    }
+
+    #[test]
+    fn execution_checks_template_variables_before_targets() {
+        let mut definition = agent();
+        definition.placeholders.push(query("terms"));
+        definition
+            .placeholders
+            .push(retrieval("more", PlaceholderType::Mmr, "terms"));
+
+        let none = definition.check_execution_variables(&variables(&[]));
+        assert_eq!(
+            none,
+            Err(VariableError::MissingPromptVariables(names(&["question"])))
+        );
+        assert_eq!(
+            none.err().map(|error| error.to_string()),
+            Some("Missing prompt variables: question".to_owned())
+        );
+
+        let without_target = definition.check_execution_variables(&variables(&[("question", "q")]));
+        assert_eq!(
+            without_target,
+            Err(VariableError::MissingTarget("more".to_owned()))
+        );
+        assert_eq!(
+            without_target.err().map(|error| error.to_string()),
+            Some("Missing target for placeholder: more".to_owned())
+        );
+
+        let all = variables(&[("question", "q"), ("terms", "t")]);
+        assert_eq!(definition.check_execution_variables(&all), Ok(()));
+    }
+
+    #[test]
+    fn dry_run_needs_only_targets() {
+        let mut definition = agent();
+        definition.placeholders.push(query("tone"));
+        definition.prompt[0].template.push_str("{tone}");
+        assert_eq!(
+            definition.check_retrieval_variables(&variables(&[("question", "q")])),
+            Ok(())
+        );
+        assert_eq!(
+            definition.check_retrieval_variables(&variables(&[])),
+            Err(VariableError::MissingTarget("context".to_owned()))
+        );
+    }
+
+    #[test]
+    fn missing_prompt_variables_message_joins_names() {
+        let error = VariableError::MissingPromptVariables(names(&["a", "b"]));
+        assert_eq!(error.to_string(), "Missing prompt variables: a, b");
+    }
+
+    // Rendering.
+
+    #[test]
+    fn render_messages_skips_excluded_messages() {
+        let mut definition = agent();
+        definition
+            .prompt
+            .insert(1, excluded(Role::Assistant, "{never_filled}"));
+        let values = variables(&[("question", "Why {context}?"), ("context", "one\n\ntwo")]);
+        assert_eq!(
+            definition.render_messages(&values),
+            Ok(vec![
+                RenderedMessage {
+                    role: Role::System,
+                    content: "Answer from this context:\none\n\ntwo".to_owned(),
+                },
+                RenderedMessage {
+                    role: Role::User,
+                    content: "Why {context}?".to_owned(),
+                },
+            ])
+        );
+    }
+
+    #[test]
+    fn render_messages_lists_every_unfilled_name_once() {
+        let mut definition = agent();
+        definition
+            .prompt
+            .push(message(Role::User, "{question} {context}"));
+        assert_eq!(
+            definition.render_messages(&variables(&[])),
+            Err(Unfilled {
+                names: names(&["context", "question"])
+            })
+        );
+        assert_eq!(
+            definition.render_messages(&variables(&[("question", "q")])),
+            Err(Unfilled {
+                names: names(&["context"])
+            })
+        );
+    }
+
+    #[test]
+    fn rendered_message_serializes_as_role_and_content() {
+        let rendered = RenderedMessage {
+            role: Role::User,
+            content: "hi".to_owned(),
+        };
+        assert_eq!(
+            serde_json::to_value(rendered).ok(),
+            Some(json!({"role": "user", "content": "hi"}))
+        );
+    }
+}
