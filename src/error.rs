@@ -51,6 +51,16 @@ pub enum ApiError {
     /// 400 `Missing required headers: …` (the relay's all-or-none headers).
     #[error("missing required headers")]
     MissingRelayHeaders,
+    /// 400 `Invalid prompt type` (an agent's prompt lacks a system or user message, or does
+    /// not end with a user message).
+    #[error("invalid prompt type")]
+    InvalidPromptType,
+    /// 400 `Invalid prompt` (bad placeholder name, unknown template name, bad target).
+    #[error("invalid prompt")]
+    InvalidPrompt,
+    /// 400 `Invalid placeholder of type <type>` (retrieval parameters out of range).
+    #[error("invalid placeholder of type {0}")]
+    InvalidPlaceholder(&'static str),
     /// 400 `Vector embedding not found`, `details.embedding_id`.
     #[error("vector embedding not found")]
     VectorEmbeddingNotFound(Option<Uuid>),
@@ -174,6 +184,9 @@ impl ApiError {
             | Self::InvalidSearchType
             | Self::InvalidHeaderId(_)
             | Self::MissingRelayHeaders
+            | Self::InvalidPromptType
+            | Self::InvalidPrompt
+            | Self::InvalidPlaceholder(_)
             | Self::VectorEmbeddingNotFound(_) => StatusCode::BAD_REQUEST,
             Self::NoApiKey | Self::NoApiSecret | Self::InvalidKeyId | Self::InvalidKeyOrSecret => {
                 StatusCode::UNAUTHORIZED
@@ -229,6 +242,9 @@ impl ApiError {
                 "Missing required headers: either all of X-Agent-Id, X-Pipeline-Id, and X-Pipeline-Classification must be provided, or none of them".to_owned(),
                 None,
             ),
+            Self::InvalidPromptType => ("Invalid prompt type".to_owned(), None),
+            Self::InvalidPrompt => ("Invalid prompt".to_owned(), None),
+            Self::InvalidPlaceholder(kind) => (format!("Invalid placeholder of type {kind}"), None),
             Self::VectorEmbeddingNotFound(id) => (
                 "Vector embedding not found".to_owned(),
                 Some(json!({ "embedding_id": id })),

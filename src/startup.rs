@@ -129,10 +129,12 @@ impl Application {
             .config
             .run_worker
             .then(|| tokio::spawn(run_worker(self.state.clone(), worker_stopped)));
+        let sweep = tokio::spawn(sweep_traces(self.state.pool.clone()));
         let app = crate::http::app(self.state.clone());
         let result = Server::new_with_acceptor(self.acceptor)
             .run_with_graceful_shutdown(app, shutdown, Some(Duration::from_secs(30)))
             .await;
+        sweep.abort();
         // Then let the worker finish its current batch.
         let _ = stop_worker.send(true);
         if let Some(worker) = worker
@@ -172,6 +174,21 @@ pub async fn run_worker_only(
     let _ = stop.send(true);
     let _ = worker.await;
     Ok(())
+}
+
+/// Deletes expired execution traces every minute (they are unreadable already: their age is
+/// checked on read).
+async fn sweep_traces(pool: store::Pool) {
+    let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+    every_minute.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every_minute.tick().await;
+        match crate::service::agents::delete_expired_traces(&pool).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(deleted, "expired traces deleted"),
+            Err(error) => tracing::warn!(%error, "could not delete expired traces"),
+        }
+    }
 }
 
 /// Creates the queue's stream, retrying while NATS is unreachable.

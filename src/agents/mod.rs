@@ -1,5 +1,6 @@
 //! Agents: prompt templates whose placeholders are filled by retrieval. Definitions and their
-//! validation, template parsing and rendering.
+//! validation, template parsing and rendering, and execution traces.
 
 pub mod definition;
 pub mod template;
+pub mod trace;

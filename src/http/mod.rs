@@ -1,6 +1,7 @@
 //! The HTTP interface: one file per resource; handlers extract, authorize, call the service
 //! layer and shape the response.
 
+pub mod agents;
 pub mod api_keys;
 pub mod core;
 pub mod documents;
@@ -17,6 +18,7 @@ pub mod statistics;
 pub mod streaming;
 pub mod taxonomies;
 pub mod text_splitters;
+pub mod traces;
 
 use std::sync::Arc;
 
@@ -49,6 +51,10 @@ pub enum ApiTags {
     Taxonomies,
     /// LLMs: registrations of model servers, direct queries and the chat-completions relay.
     Llms,
+    /// Agents: prompt templates filled by retrieval, dry runs and executions.
+    Agents,
+    /// Traces of agent executions.
+    Tracing,
 }
 
 /// Every operation group, in the order of the reference.
@@ -63,6 +69,8 @@ pub type Apis = (
     taxonomies::TaxonomiesApi,
     llms::LlmsApi,
     relay::RelayApi,
+    agents::AgentsApi,
+    traces::TracesApi,
 );
 
 /// The release string of the OpenAPI document (`<year>-<month>`).
@@ -81,6 +89,8 @@ pub fn openapi_service() -> OpenApiService<Apis, ()> {
         taxonomies::TaxonomiesApi,
         llms::LlmsApi,
         relay::RelayApi,
+        agents::AgentsApi,
+        traces::TracesApi,
     );
     OpenApiService::new(apis, "Trove", API_VERSION)
         .description("Knowledge retrieval and agent service.")

@@ -23,7 +23,8 @@ use crate::store::Pool;
 use crate::store::listing;
 pub use crate::store::listing::Envelope;
 pub use crate::store::llms::LlmRow;
-use crate::store::llms::{self as store, LlmFields, StoredLlm};
+pub use crate::store::llms::StoredLlm;
+use crate::store::llms::{self as store, LlmFields};
 
 /// Fields of the LLM list (addendum §4: as text splitters, plus `model` and `endpoint`).
 pub const LLM_LIST: ListSpec = ListSpec {
@@ -310,6 +311,12 @@ pub async fn ready_for_use(
     auth: &AuthContext,
     id: Uuid,
 ) -> ApiResult<ReadyLlm> {
+    ready(cipher, usable(pool, auth, id).await?)
+}
+
+/// Reads an LLM the caller may use (R|X: no read is `LLM not found`, no execute 403), with
+/// its key still encrypted (an execution checks its variables before the key).
+pub async fn usable(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<StoredLlm> {
     if !auth.can_read(ObjectType::Llms, id) {
         return Err(not_found(id));
     }
@@ -321,7 +328,7 @@ pub async fn ready_for_use(
         id,
         AccessLevel::READ.union(AccessLevel::EXECUTE),
     )?;
-    ready(cipher, stored)
+    Ok(stored)
 }
 
 /// The key check of a stored LLM, for a caller whose permissions were checked already.

@@ -1,5 +1,6 @@
 //! Transport-free logic per resource; HTTP, MCP and the worker call these functions.
 
+pub mod agents;
 pub mod api_keys;
 pub mod classifications;
 pub mod documents;

@@ -1,6 +1,7 @@
 //! Storage: the only code that runs SQL. Statements are either static SQL with bound
 //! parameters or sea-query statements built by `trove-query`.
 
+pub mod agents;
 pub mod api_keys;
 pub mod documents;
 pub mod embedding;

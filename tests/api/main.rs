@@ -5,6 +5,7 @@
 
 mod helpers;
 
+mod agents;
 mod api_keys;
 mod auth;
 mod core;

@@ -1,0 +1,487 @@
+//! Operations of the `Agents` group: `/agents` (definitions), `GET /agents/{agent_id}/prompt`,
+//! the retrieval dry run `POST /agents/{agent_id}/search` and `POST /agents/{agent_id}/execute`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use poem::{Request, RequestBody};
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Object, OpenApi};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use trove_query::classification::ClassificationRequest;
+use trove_query::filter::Filter;
+use trove_query::list::parse_list_query;
+use uuid::Uuid;
+
+use super::ApiTags;
+use super::extract::{self, Auth, JsonBody, required_header, state};
+use super::respond::{Created, Json, ListEnvelope, NoContent};
+use super::streaming::{Answer, StreamMode};
+use crate::agents::definition::{
+    AgentDefinition, Message, Placeholder, PlaceholderType, RetrievalParams, Role,
+};
+use crate::error::ApiError;
+use crate::service::agents::{
+    self as service, AgentChange, AgentRow, ExecuteOptions, RetrievalInput,
+};
+
+/// Roles of prompt messages.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, poem_openapi::Enum)]
+#[serde(rename_all = "lowercase")]
+#[oai(rename_all = "lowercase")]
+pub enum RoleName {
+    System,
+    User,
+    Assistant,
+}
+
+/// Types of placeholders.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, poem_openapi::Enum)]
+#[serde(rename_all = "lowercase")]
+#[oai(rename_all = "lowercase")]
+pub enum PlaceholderTypeName {
+    /// A value the client supplies at execution.
+    Query,
+    /// Fragments by vector similarity to the target's value.
+    Similarity,
+    /// Fragments by maximal marginal relevance.
+    Mmr,
+    /// Fragments by full-text search.
+    Search,
+    /// Not implemented (501).
+    Hybrid,
+    /// Not implemented (501).
+    History,
+}
+
+/// One prompt message.
+#[derive(Debug, Clone, Object, Serialize, Deserialize)]
+pub struct PromptMessage {
+    role: RoleName,
+    /// Text; `{name}` names a placeholder, `{{` and `}}` are literal braces.
+    template: String,
+    /// false: stored and validated, but neither sent nor traced.
+    #[serde(default = "yes")]
+    #[oai(default = "yes")]
+    include: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Search parameters of a retrieval placeholder. When the object is present, omitted `k` and
+/// `fetch_k` are 0 and `lambda_mult` 0.5.
+#[derive(Debug, Clone, Object, Serialize, Deserialize)]
+pub struct PlaceholderParams {
+    #[serde(default)]
+    k: Option<u16>,
+    #[serde(default)]
+    fetch_k: Option<u16>,
+    #[serde(default)]
+    lambda_mult: Option<f64>,
+    #[serde(default)]
+    threshold: Option<f64>,
+    /// A vector embedding id of the pipeline, or its model's id.
+    #[serde(default)]
+    embedding: Option<Uuid>,
+}
+
+/// A named placeholder.
+#[derive(Debug, Clone, Object, Serialize, Deserialize)]
+pub struct AgentPlaceholder {
+    /// Identifier of at most 64 characters, unique in the agent.
+    name: String,
+    #[serde(rename = "type")]
+    #[oai(rename = "type")]
+    kind: PlaceholderTypeName,
+    /// Retrieval placeholders: the name of a `query` placeholder.
+    #[serde(default)]
+    target: Option<String>,
+    /// Retrieval placeholders; null or omitted: k 5, fetch_k 10, lambda_mult 0.5.
+    #[serde(default)]
+    params: Option<PlaceholderParams>,
+}
+
+impl From<PromptMessage> for Message {
+    fn from(message: PromptMessage) -> Self {
+        Self {
+            role: match message.role {
+                RoleName::System => Role::System,
+                RoleName::User => Role::User,
+                RoleName::Assistant => Role::Assistant,
+            },
+            template: message.template,
+            include: message.include,
+        }
+    }
+}
+
+impl From<AgentPlaceholder> for Placeholder {
+    fn from(placeholder: AgentPlaceholder) -> Self {
+        let kind = match placeholder.kind {
+            PlaceholderTypeName::Query => PlaceholderType::Query,
+            PlaceholderTypeName::Similarity => PlaceholderType::Similarity,
+            PlaceholderTypeName::Mmr => PlaceholderType::Mmr,
+            PlaceholderTypeName::Search => PlaceholderType::Search,
+            PlaceholderTypeName::Hybrid => PlaceholderType::Hybrid,
+            PlaceholderTypeName::History => PlaceholderType::History,
+        };
+        let params = placeholder.params.map(|p| {
+            RetrievalParams::from_partial(
+                p.k.map(u32::from),
+                p.fetch_k.map(u32::from),
+                p.lambda_mult,
+                p.threshold,
+                p.embedding,
+            )
+        });
+        Self::new(placeholder.name, kind, placeholder.target, params)
+    }
+}
+
+/// An agent.
+#[derive(Debug, Object, Serialize, Deserialize)]
+#[oai(rename = "Agent")]
+pub struct AgentObject {
+    id: Uuid,
+    name: String,
+    description: Option<String>,
+    /// Every message with its `include`.
+    prompt: Vec<PromptMessage>,
+    /// Retrieval placeholders with all five `params`; `query` placeholders with `target` and
+    /// `params` null.
+    placeholders: Vec<AgentPlaceholder>,
+    /// RFC 3339.
+    created_at: String,
+    /// RFC 3339.
+    updated_at: String,
+}
+
+impl TryFrom<AgentRow> for AgentObject {
+    type Error = ApiError;
+
+    /// The row holds the normalised definition in the API's shape.
+    fn try_from(row: AgentRow) -> Result<Self, ApiError> {
+        let value = serde_json::to_value(row).map_err(|e| ApiError::Internal(e.to_string()))?;
+        serde_json::from_value(value).map_err(|e| ApiError::Internal(e.to_string()))
+    }
+}
+
+/// Body of `POST /agents`.
+#[derive(Debug, Object, Deserialize)]
+pub struct CreateAgentBody {
+    /// Unique name, 1–255 characters.
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    /// At least one `system` and one `user` message; the last is a `user` message.
+    prompt: Vec<PromptMessage>,
+    placeholders: Vec<AgentPlaceholder>,
+}
+
+/// Body of `PATCH /agents/{agent_id}`: arrays are replaced whole.
+#[derive(Debug, Object, Deserialize)]
+pub struct UpdateAgentBody {
+    #[serde(default)]
+    name: MaybeUndefined<String>,
+    #[serde(default)]
+    description: MaybeUndefined<String>,
+    #[serde(default)]
+    prompt: MaybeUndefined<Vec<PromptMessage>>,
+    #[serde(default)]
+    placeholders: MaybeUndefined<Vec<AgentPlaceholder>>,
+}
+
+/// `GET /agents/{agent_id}/prompt`.
+#[derive(Debug, Object, Serialize)]
+pub struct AgentPrompt {
+    messages: Value,
+    placeholders: Value,
+    /// The query placeholders an execution must supply, in definition order.
+    variables: Vec<String>,
+}
+
+/// Body of the dry run and of an execution.
+#[derive(Debug, Object, Deserialize)]
+pub struct RunAgentBody {
+    /// Query placeholder values.
+    #[serde(default)]
+    variables: Option<BTreeMap<String, String>>,
+    /// As in search; omitted: `[]` (nothing is retrieved).
+    #[serde(default)]
+    classification: Option<extract::Opaque<ClassificationRequest>>,
+    /// Retrieval placeholder name → filter.
+    #[serde(default)]
+    filters: Option<extract::Opaque<HashMap<String, Filter>>>,
+    /// Execution: `true` or omitted NDJSON, `"sse"` server-sent events, `false` plain text.
+    #[serde(default)]
+    stream: Option<Value>,
+    /// Execution: keep a trace for 60 minutes (header `x-service-tracing-id`).
+    #[serde(default)]
+    tracing: Option<bool>,
+}
+
+impl RunAgentBody {
+    fn retrieval_input(&mut self) -> RetrievalInput {
+        RetrievalInput {
+            variables: self
+                .variables
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            classification: self
+                .classification
+                .take()
+                .map_or_else(|| ClassificationRequest::hierarchical(Vec::new()), |c| c.0),
+            filters: self.filters.take().map(|f| f.0).unwrap_or_default(),
+        }
+    }
+}
+
+/// A header holding an id: missing or not visible ASCII is plain 400, not a UUID 400
+/// `<message>`.
+fn header_id(raw: &str, message: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::InvalidHeaderId(message.to_owned()))
+}
+
+/// The headers of a dry run: `x-pipeline-id`.
+pub struct DryRunHeaders {
+    pipeline_id: Uuid,
+}
+
+impl<'a> ApiExtractor<'a> for DryRunHeaders {
+    const TYPES: &'static [ApiExtractorType] = &[];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    async fn from_request(
+        request: &'a Request,
+        _body: &mut RequestBody,
+        _opts: ExtractParamOptions<()>,
+    ) -> poem::Result<Self> {
+        let raw = required_header(request, "x-pipeline-id")?;
+        Ok(Self {
+            pipeline_id: header_id(raw, "Invalid pipeline ID")?,
+        })
+    }
+}
+
+/// The headers of an execution: `x-pipeline-id` and `x-llm-id`.
+pub struct ExecuteHeaders {
+    pipeline_id: Uuid,
+    llm_id: Uuid,
+}
+
+impl<'a> ApiExtractor<'a> for ExecuteHeaders {
+    const TYPES: &'static [ApiExtractorType] = &[];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    async fn from_request(
+        request: &'a Request,
+        _body: &mut RequestBody,
+        _opts: ExtractParamOptions<()>,
+    ) -> poem::Result<Self> {
+        let pipeline = required_header(request, "x-pipeline-id")?;
+        let llm = required_header(request, "x-llm-id")?;
+        Ok(Self {
+            pipeline_id: header_id(pipeline, "Invalid pipeline ID")?,
+            llm_id: header_id(llm, "Invalid LLM ID")?,
+        })
+    }
+}
+
+fn agent_object(row: AgentRow) -> poem::Result<AgentObject> {
+    Ok(AgentObject::try_from(row)?)
+}
+
+fn definition(body: CreateAgentBody) -> AgentDefinition {
+    AgentDefinition {
+        name: body.name,
+        description: body.description,
+        prompt: body.prompt.into_iter().map(Message::from).collect(),
+        placeholders: body
+            .placeholders
+            .into_iter()
+            .map(Placeholder::from)
+            .collect(),
+    }
+}
+
+pub struct AgentsApi;
+
+#[OpenApi(tag = "ApiTags::Agents")]
+impl AgentsApi {
+    /// List agents
+    ///
+    /// Agents the caller can read. Filters: `id`; `name`, `name$contains`, `name$startswith`,
+    /// `name$gt|ge|lt|le`; `description`, `description$contains`; `created_at`, `updated_at`
+    /// with `$gt|ge|lt|le`. Cursor or offset pagination, `count`, `order_by` (`id`, `name`,
+    /// `created_at`, `updated_at`).
+    #[oai(path = "/agents", method = "get")]
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+        let state = state(req)?;
+        let request = parse_list_query(&service::AGENT_LIST, req.uri().query(), &[])
+            .map_err(ApiError::from)?;
+        let envelope = service::list(&state.pool, &auth.0, &request).await?;
+        Ok(Json(envelope.into()))
+    }
+
+    /// Create an agent
+    ///
+    /// Needs write on `agents`. Checked in this order: name, placeholder types (`hybrid`,
+    /// `history`: 501), message roles, placeholder names, references and targets, retrieval
+    /// parameters, uniqueness.
+    #[oai(path = "/agents", method = "post")]
+    async fn create(
+        &self,
+        auth: Auth,
+        req: &Request,
+        body: JsonBody<CreateAgentBody>,
+    ) -> poem::Result<Created<AgentObject>> {
+        let state = state(req)?;
+        let row = service::create(state, &auth.0, definition(body.0)).await?;
+        Ok(Created(agent_object(row)?))
+    }
+
+    /// Get an agent
+    #[oai(path = "/agents/:agent_id", method = "get")]
+    async fn get(
+        &self,
+        auth: Auth,
+        agent_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<AgentObject>> {
+        let state = state(req)?;
+        let row = service::get_readable(&state.pool, &auth.0, agent_id.0).await?;
+        Ok(Json(agent_object(row)?))
+    }
+
+    /// Change an agent
+    ///
+    /// Needs write on the agent. `prompt` and `placeholders` are replaced whole; the merged
+    /// agent is validated as at create, and an invalid change leaves it unchanged.
+    #[oai(path = "/agents/:agent_id", method = "patch")]
+    async fn update(
+        &self,
+        auth: Auth,
+        agent_id: extract::Path,
+        req: &Request,
+        body: JsonBody<UpdateAgentBody>,
+    ) -> poem::Result<Json<AgentObject>> {
+        let state = state(req)?;
+        let body = body.0;
+        let change = AgentChange {
+            name: body.name.take(),
+            description: body.description,
+            prompt: body
+                .prompt
+                .take()
+                .map(|prompt| prompt.into_iter().map(Message::from).collect()),
+            placeholders: body
+                .placeholders
+                .take()
+                .map(|placeholders| placeholders.into_iter().map(Placeholder::from).collect()),
+        };
+        let row = service::update(state, &auth.0, agent_id.0, change).await?;
+        Ok(Json(agent_object(row)?))
+    }
+
+    /// Delete an agent
+    ///
+    /// Needs write on the agent; permission entries on it are removed.
+    #[oai(path = "/agents/:agent_id", method = "delete")]
+    async fn delete(
+        &self,
+        auth: Auth,
+        agent_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<NoContent> {
+        let state = state(req)?;
+        service::delete(&state.pool, &auth.0, agent_id.0).await?;
+        Ok(NoContent)
+    }
+
+    /// Get an agent's prompt
+    ///
+    /// The messages, the placeholders, and `variables`: the query placeholders an execution
+    /// must supply (named in a template or targeted by a retrieval placeholder).
+    #[oai(path = "/agents/:agent_id/prompt", method = "get")]
+    async fn prompt(
+        &self,
+        auth: Auth,
+        agent_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<AgentPrompt>> {
+        let state = state(req)?;
+        let view = service::prompt(&state.pool, &auth.0, agent_id.0).await?;
+        Ok(Json(AgentPrompt {
+            messages: view.messages,
+            placeholders: view.placeholders,
+            variables: view.variables,
+        }))
+    }
+
+    /// Retrieval dry run
+    ///
+    /// Needs read and execute on the agent and the pipeline of `x-pipeline-id`. Runs every
+    /// retrieval placeholder and returns `{"<placeholder>": [fragments]}`; no model is called.
+    #[oai(path = "/agents/:agent_id/search", method = "post")]
+    async fn search(
+        &self,
+        auth: Auth,
+        agent_id: extract::Path,
+        headers: DryRunHeaders,
+        req: &Request,
+        body: JsonBody<RunAgentBody>,
+    ) -> poem::Result<Json<BTreeMap<String, Value>>> {
+        let state = state(req)?;
+        let mut body = body.0;
+        let input = body.retrieval_input();
+        let results =
+            service::dry_run(state, &auth.0, agent_id.0, headers.pipeline_id, input).await?;
+        Ok(Json(results.into_iter().collect()))
+    }
+
+    /// Execute an agent
+    ///
+    /// Needs read and execute on the agent, the pipeline of `x-pipeline-id` and the LLM of
+    /// `x-llm-id`. Retrieves, renders the included messages and streams the model's answer
+    /// (`stream`: NDJSON, `"sse"` or plain text). With `tracing` the response carries
+    /// `x-service-tracing-id`, the id of a trace readable for 60 minutes.
+    #[oai(path = "/agents/:agent_id/execute", method = "post")]
+    async fn execute(
+        &self,
+        auth: Auth,
+        agent_id: extract::Path,
+        headers: ExecuteHeaders,
+        req: &Request,
+        body: JsonBody<RunAgentBody>,
+    ) -> poem::Result<Answer> {
+        let state = state(req)?;
+        let mut body = body.0;
+        let mode = StreamMode::from_field(body.stream.as_ref())?;
+        let options = ExecuteOptions {
+            llm_id: headers.llm_id,
+            tracing: body.tracing.unwrap_or(false),
+            whole_answer: mode == StreamMode::Plain,
+        };
+        let input = body.retrieval_input();
+        let execution = service::execute(
+            state,
+            &auth.0,
+            agent_id.0,
+            headers.pipeline_id,
+            input,
+            options,
+        )
+        .await?;
+        let answer = Answer::render(mode, execution.events).await?;
+        Ok(match execution.trace_id {
+            Some(id) => answer.with_header(service::TRACING_HEADER, &id.to_string()),
+            None => answer,
+        })
+    }
+}
