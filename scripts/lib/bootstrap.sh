@@ -295,6 +295,20 @@ _tb_ensure_model() {
     fi
 }
 
+# The official clients the tests drive Trove with, pinned: the OpenAI Python SDK (relay).
+TROVE_OPENAI_SDK_VERSION=3.57.0
+
+_tb_ensure_test_clients() {
+    _tb_ensure_venv
+    if ! "$TROVE_VENV/bin/python" -c \
+        "import openai, sys; sys.exit(openai.__version__ != '$TROVE_OPENAI_SDK_VERSION')" 2>/dev/null; then
+        _tb_say "pip install openai==$TROVE_OPENAI_SDK_VERSION (OpenAI Python SDK, for the relay tests)"
+        _tb_pip install "openai==$TROVE_OPENAI_SDK_VERSION" || _tb_die "pip install openai failed"
+    fi
+    # shellcheck disable=SC2034 # read by scripts/test
+    TROVE_TEST_PYTHON="$TROVE_VENV/bin/python"
+}
+
 # ---------------------------------------------------------------------------------------
 # PostgreSQL
 
@@ -518,6 +532,10 @@ trove_bootstrap() {
     if [[ -z ${TROVE_MODELS_DIR:-} ]]; then
         _tb_ensure_model
         export TROVE_MODELS_DIR="$TROVE_DATA/models"
+    fi
+
+    if [[ $mode == test ]]; then
+        _tb_ensure_test_clients
     fi
 
     if [[ -z $pg_url ]]; then

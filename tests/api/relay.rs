@@ -469,3 +469,53 @@ async fn client_leaving_mid_stream_closes_the_model_server_connection() {
 async fn client_leaving_while_the_model_server_is_silent_closes_its_connection() {
     leave_after_the_first_chunk(Answer::default().hold_after_first()).await;
 }
+
+/// The Python interpreter with the OpenAI SDK: `TROVE_TEST_PYTHON` (exported by
+/// `scripts/test`), else the project's venv.
+fn python_with_openai_sdk() -> std::path::PathBuf {
+    std::env::var_os("TROVE_TEST_PYTHON").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".data/venv/bin/python"),
+        std::path::PathBuf::from,
+    )
+}
+
+#[tokio::test]
+async fn openai_python_sdk_through_the_relay() {
+    let app = spawn_app().await;
+    let fake = FakeLlm::start().await;
+    let llm = openai_llm(&app, &fake, json!({})).await;
+    fake.script(Answer::new(["Hello", " there"]).usage(5, 2));
+    fake.script(Answer::new(["one", "two", "three"]).paced(Duration::from_millis(200)));
+    fake.script(FakeReply::rate_limited());
+    let (key_id, secret) = app.master_key();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/relay_openai_sdk.py");
+    let mut command = tokio::process::Command::new(python_with_openai_sdk());
+    command
+        .arg(script)
+        .env("TROVE_URL", &app.address)
+        .env("TROVE_KEY_ID", key_id)
+        .env("TROVE_KEY_SECRET", secret)
+        .env("TROVE_LLM_ID", &llm)
+        .env("TROVE_UNKNOWN_LLM_ID", Uuid::new_v4().to_string())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the SDK script finished in time")
+        .expect("the venv's Python runs (scripts/test installs the OpenAI SDK into .data/venv)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim() == "ok",
+        "status {}\nstdout: {stdout}\nstderr: {stderr}",
+        output.status
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "the unknown LLM reached no model server");
+    assert_eq!(requests[0].json()["model"], "gpt-fake");
+    assert_eq!(requests[1].json()["stream"], true);
+    assert_eq!(
+        requests[1].header("authorization"),
+        Some(&*format!("Bearer {KEY}"))
+    );
+}
