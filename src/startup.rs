@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use poem::Server;
 use poem::listener::TcpAcceptor;
+
+use crate::http::connections::{Connections, WatchedAcceptor};
 use sqlx::PgPool;
 
 use crate::config::Config;
@@ -130,8 +132,9 @@ impl Application {
             .run_worker
             .then(|| tokio::spawn(run_worker(self.state.clone(), worker_stopped)));
         let sweep = tokio::spawn(sweep_traces(self.state.pool.clone()));
-        let app = crate::http::app(self.state.clone());
-        let result = Server::new_with_acceptor(self.acceptor)
+        let connections = Connections::default();
+        let app = crate::http::app(self.state.clone(), connections.clone());
+        let result = Server::new_with_acceptor(WatchedAcceptor::new(self.acceptor, connections))
             .run_with_graceful_shutdown(app, shutdown, Some(Duration::from_secs(30)))
             .await;
         sweep.abort();

@@ -14,6 +14,7 @@ use trove_query::list::parse_list_query;
 use uuid::Uuid;
 
 use super::ApiTags;
+use super::connections::unless_client_leaves;
 use super::extract::{self, Auth, JsonBody, required_header, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
 use super::streaming::{Answer, StreamMode};
@@ -469,19 +470,22 @@ impl AgentsApi {
             whole_answer: mode == StreamMode::Plain,
         };
         let input = body.retrieval_input();
-        let execution = service::execute(
-            state,
-            &auth.0,
-            agent_id.0,
-            headers.pipeline_id,
-            input,
-            options,
-        )
-        .await?;
-        let answer = Answer::render(mode, execution.events).await?;
-        Ok(match execution.trace_id {
-            Some(id) => answer.with_header(service::TRACING_HEADER, &id.to_string()),
-            None => answer,
-        })
+        let answer = async {
+            let execution = service::execute(
+                state,
+                &auth.0,
+                agent_id.0,
+                headers.pipeline_id,
+                input,
+                options,
+            )
+            .await?;
+            let answer = Answer::render(mode, execution.events).await?;
+            Ok(match execution.trace_id {
+                Some(id) => answer.with_header(service::TRACING_HEADER, &id.to_string()),
+                None => answer,
+            })
+        };
+        Ok(unless_client_leaves(req, answer).await?)
     }
 }

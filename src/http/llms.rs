@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use trove_query::list::parse_list_query;
 
 use super::ApiTags;
+use super::connections::unless_client_leaves;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, NoContent};
 use super::streaming::{Answer, StreamMode};
@@ -213,7 +214,10 @@ impl LlmsApi {
         let body = body.0;
         let mode = StreamMode::from_field(body.stream.as_ref())?;
         let parameters = body.parameters.map(to_map).unwrap_or_default();
-        let events = service::query(state, &auth.0, llm_id.0, body.prompt, parameters).await?;
-        Ok(Answer::render(mode, events).await?)
+        let answer = async {
+            let events = service::query(state, &auth.0, llm_id.0, body.prompt, parameters).await?;
+            Answer::render(mode, events).await
+        };
+        Ok(unless_client_leaves(req, answer).await?)
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod api_keys;
+pub mod connections;
 pub mod core;
 pub mod documents;
 pub mod embedding;
@@ -101,8 +102,9 @@ pub fn openapi_document() -> String {
     openapi_service().spec()
 }
 
-/// Builds the whole application endpoint.
-pub fn app(state: AppState) -> impl Endpoint {
+/// Builds the whole application endpoint; `connections` are those of the acceptor it serves
+/// (see [`connections`]).
+pub fn app(state: AppState, connections: connections::Connections) -> impl Endpoint {
     let service = openapi_service();
     let spec: serde_json::Value = serde_json::from_str(&service.spec()).unwrap_or_default();
     let mut routes = RouteTable::default();
@@ -157,6 +159,7 @@ pub fn app(state: AppState) -> impl Endpoint {
         mcp,
         routes: Arc::new(routes),
         metrics,
+        connections,
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::ApiTags;
+use super::connections::unless_client_leaves;
 use super::extract::{Auth, JsonBody, required_header, state};
 use super::shell::OpenStream;
 use crate::error::ApiError;
@@ -104,7 +105,8 @@ impl RelayApi {
     ) -> poem::Result<Relayed> {
         let state = state(req)?;
         let body = body.0.into_iter().collect();
-        let answer = service::relay(state, &auth.0, headers.llm_id, body).await?;
+        let answer =
+            unless_client_leaves(req, service::relay(state, &auth.0, headers.llm_id, body)).await?;
         let status =
             StatusCode::from_u16(answer.status).map_err(|e| ApiError::Internal(e.to_string()))?;
         let mut builder = Response::builder().status(status);

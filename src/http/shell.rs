@@ -8,6 +8,7 @@ use poem::http::{HeaderValue, Method, StatusCode, header};
 use poem::{Body, Endpoint, IntoResponse, Request, Response};
 use uuid::Uuid;
 
+use super::connections::Connections;
 use super::routes::{RouteKind, RouteTable};
 use crate::error::ApiError;
 use crate::metrics::ApiMetrics;
@@ -26,6 +27,7 @@ pub struct Shell<A, R, M> {
     pub mcp: M,
     pub routes: Arc<RouteTable>,
     pub metrics: ApiMetrics,
+    pub connections: Connections,
 }
 
 /// The method label: upper-case standard methods, empty for unknown ones.
@@ -126,12 +128,14 @@ impl<A: Endpoint, R: Endpoint, M: Endpoint> Endpoint for Shell<A, R, M> {
             .requests_pending
             .with_label_values(&[method, endpoint]);
         pending.inc();
+        let client = self.connections.watch(req.remote_addr().as_socket_addr());
 
         let mut response = match route.kind {
             RouteKind::Api | RouteKind::Statistics | RouteKind::Mcp => {
                 let id = request_id(&req);
                 let mut req = req;
                 req.set_data(super::extract::RouteParams(route.params.clone()));
+                req.set_data(client.clone());
                 let mut response = if is_preflight(&req) {
                     preflight(&req, &route.methods)
                 } else if route.kind == RouteKind::Mcp {
@@ -169,13 +173,15 @@ impl<A: Endpoint, R: Endpoint, M: Endpoint> Endpoint for Shell<A, R, M> {
         self.record(method, endpoint, response.status(), started);
 
         if response.data::<OpenStream>().is_some() {
-            // Keep the gauge up until the stream ends (or the client goes away).
+            // Keep the gauge up until the stream ends or the client goes away; then the body
+            // (and what it reads from, such as a model server's answer) is dropped.
             let guard = PendingGuard(pending);
             let body = response.take_body();
             let stream = futures_util::StreamExt::map(body.into_bytes_stream(), move |chunk| {
                 let _keep = &guard;
                 chunk
             });
+            let stream = futures_util::StreamExt::take_until(stream, client.gone());
             response.set_body(Body::from_bytes_stream(stream));
         } else {
             pending.dec();

@@ -462,10 +462,9 @@ async fn client_leaving_mid_stream_closes_the_model_server_connection() {
     leave_after_the_first_chunk(Answer::new(chunks).paced(Duration::from_millis(50))).await;
 }
 
-/// Fails like `llms::client_leaving_while_the_model_server_is_silent_closes_its_connection`:
-/// Trove notices a departed client only at its next write.
+/// As `llms::client_leaving_while_the_model_server_is_silent_closes_its_connection`: the
+/// departure is noticed from the connection, with nothing to write.
 #[tokio::test]
-#[ignore = "src bug: a client leaving is only noticed at Trove's next write"]
 async fn client_leaving_while_the_model_server_is_silent_closes_its_connection() {
     leave_after_the_first_chunk(Answer::default().hold_after_first()).await;
 }
