@@ -1,9 +1,6 @@
 //! The list request as a whole: parsing the query string, the page and count SELECTs, and the
 //! page envelope built from the fetched rows.
 
-use std::borrow::Cow;
-
-use percent_encoding::percent_decode_str;
 use sea_query::{Asterisk, Expr, Func, SelectStatement};
 use serde_json::{Map, Value};
 
@@ -21,29 +18,11 @@ pub const DEFAULT_PAGE_SIZE: u64 = 25;
 /// unsigned value above `i64::MAX` panics, so larger requests are clamped (same result).
 const MAX_BOUND: u64 = i64::MAX.unsigned_abs();
 
-/// Decodes one `application/x-www-form-urlencoded` component: `+` is a space, then
-/// percent-decoding; invalid UTF-8 is replaced rather than refused, like `form_urlencoded`.
-fn decode_component(s: &str) -> Cow<'_, str> {
-    let spaced = if s.contains('+') {
-        Cow::Owned(s.replace('+', " "))
-    } else {
-        Cow::Borrowed(s)
-    };
-    match percent_decode_str(&spaced).decode_utf8_lossy() {
-        Cow::Borrowed(_) => spaced,
-        Cow::Owned(decoded) => Cow::Owned(decoded),
-    }
-}
-
-/// The decoded `(name, value)` pairs of a query string, in order; empty pieces are skipped
-/// and a piece without `=` has an empty value.
-fn query_pairs(raw: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
-    raw.split('&')
-        .filter(|piece| !piece.is_empty())
-        .map(|piece| {
-            let (name, value) = piece.split_once('=').unwrap_or((piece, ""));
-            (decode_component(name), decode_component(value))
-        })
+/// The decoded `(name, value)` pairs of a query string (`application/x-www-form-urlencoded`:
+/// `+` is a space, invalid UTF-8 replaced), in order; empty pieces are skipped and a piece
+/// without `=` has an empty value.
+fn query_pairs(raw: &str) -> form_urlencoded::Parse<'_> {
+    form_urlencoded::parse(raw.as_bytes())
 }
 
 fn duplicate(name: &str) -> ListQueryError {

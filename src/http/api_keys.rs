@@ -12,7 +12,7 @@ use trove_query::list::parse_list_query;
 use uuid::Uuid;
 
 use super::ApiTags;
-use super::extract::{self, Auth, JsonBody, state};
+use super::extract::{self, Auth, JsonBody, form_pairs, state};
 use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
 use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
@@ -353,26 +353,4 @@ impl ApiKeysApi {
         let object_type = ObjectType::parse(&object_type.0).map_err(ApiError::from)?;
         Ok(Json(auth.0.object_level(object_type, object_id.0).bits()))
     }
-}
-
-/// Decoded `name=value` pairs of a query string.
-pub fn form_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    let Some(query) = query else {
-        return Vec::new();
-    };
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode_component(name), decode_component(value))
-        })
-        .collect()
-}
-
-fn decode_component(s: &str) -> String {
-    let spaced = s.replace('+', " ");
-    percent_encoding::percent_decode_str(&spaced)
-        .decode_utf8_lossy()
-        .into_owned()
 }

@@ -8,7 +8,7 @@ use trove_query::list::parse_list_query;
 use uuid::Uuid;
 
 use super::ApiTags;
-use super::api_keys::form_pairs;
+use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, ListEnvelope, OkOrNoContent};
 use crate::error::{ApiError, ApiResult};

@@ -305,3 +305,11 @@ pub fn required_header<'r>(request: &'r Request, name: &str) -> Result<&'r str, 
             message: format!("invalid HTTP header ({name})"),
         })
 }
+
+/// The decoded `(name, value)` pairs of a query string, in order
+/// (`application/x-www-form-urlencoded`: `+` is a space, invalid UTF-8 replaced).
+pub fn form_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}

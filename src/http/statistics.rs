@@ -67,7 +67,7 @@ pub struct Statistics {
 
 /// Validates the `interval` query parameter.
 pub fn check_interval(query: Option<&str>) -> Result<(), ApiError> {
-    let pairs = super::api_keys::form_pairs(query);
+    let pairs = super::extract::form_pairs(query);
     let mut intervals = pairs.iter().filter(|(name, _)| name == "interval");
     let Some((_, interval)) = intervals.next() else {
         return Err(ApiError::query_string("missing field `interval`"));

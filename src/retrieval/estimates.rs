@@ -8,20 +8,29 @@
 //! tenant's searches that always carry its filter, skip the round trip. A stale estimate can
 //! only choose the slower of two paths that return the same fragments.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long an estimate is reused.
 pub const TTL: Duration = Duration::from_secs(60);
 
-/// Scopes remembered at most; when full, expired entries go first, then all of them.
-pub const CAPACITY: usize = 1024;
+/// Scopes remembered at most (moka evicts the least useful beyond it).
+pub const CAPACITY: u64 = 1024;
 
 /// Estimates by scope (statement text and bound values).
-#[derive(Debug, Default)]
+#[derive(Debug, Clone)]
 pub struct ScopeEstimates {
-    entries: Mutex<HashMap<String, (f64, Instant)>>,
+    entries: moka::sync::Cache<String, f64>,
+}
+
+impl Default for ScopeEstimates {
+    fn default() -> Self {
+        Self {
+            entries: moka::sync::Cache::builder()
+                .max_capacity(CAPACITY)
+                .time_to_live(TTL)
+                .build(),
+        }
+    }
 }
 
 impl ScopeEstimates {
@@ -30,33 +39,13 @@ impl ScopeEstimates {
     }
 
     /// The estimate for `key` if one younger than [`TTL`] is kept.
-    pub fn get(&self, key: &str, now: Instant) -> Option<f64> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(key)
-            .filter(|(_, at)| now.saturating_duration_since(*at) < TTL)
-            .map(|(rows, _)| *rows)
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.entries.get(key)
     }
 
-    /// Keeps `rows` for `key` as of `now`.
-    pub fn insert(&self, key: String, rows: f64, now: Instant) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= CAPACITY && !entries.contains_key(&key) {
-            entries.retain(|_, (_, at)| now.saturating_duration_since(*at) < TTL);
-            if entries.len() >= CAPACITY {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (rows, now));
-    }
-
-    /// Scopes kept (expired ones included until they are swept).
-    pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Keeps `rows` for `key`.
+    pub fn insert(&self, key: String, rows: f64) {
+        self.entries.insert(key, rows);
     }
 }
 
@@ -65,46 +54,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_estimate_is_reused_until_it_expires() {
+    fn an_estimate_is_kept_and_replaced() {
         let cache = ScopeEstimates::new();
-        let start = Instant::now();
-        assert_eq!(cache.get("a", start), None);
-        cache.insert("a".to_owned(), 12.0, start);
-        assert_eq!(cache.get("a", start + TTL / 2), Some(12.0));
-        assert_eq!(cache.get("a", start + TTL), None);
-        assert_eq!(cache.get("b", start), None);
-        // A newer estimate replaces the older one.
-        cache.insert("a".to_owned(), 30.0, start + TTL);
-        assert_eq!(cache.get("a", start + TTL), Some(30.0));
+        assert_eq!(cache.get("a"), None);
+        cache.insert("a".to_owned(), 12.0);
+        assert_eq!(cache.get("a"), Some(12.0));
+        assert_eq!(cache.get("b"), None);
+        cache.insert("a".to_owned(), 30.0);
+        assert_eq!(cache.get("a"), Some(30.0));
     }
 
     #[test]
-    fn a_full_cache_drops_expired_entries_first_then_everything() {
+    fn the_cache_stays_within_its_capacity() {
         let cache = ScopeEstimates::new();
-        let start = Instant::now();
-        for i in 0..CAPACITY - 1 {
-            cache.insert(format!("old {i}"), 1.0, start);
+        for i in 0..CAPACITY * 3 {
+            cache.insert(format!("scope {i}"), 1.0);
         }
-        cache.insert("fresh".to_owned(), 2.0, start + TTL);
-        assert_eq!(cache.len(), CAPACITY);
-        // Full: the expired entries go, the fresh one stays.
-        cache.insert("new".to_owned(), 3.0, start + TTL);
-        assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get("fresh", start + TTL), Some(2.0));
-        // Full of live entries: all go, the new one is kept.
-        let cache = ScopeEstimates::new();
-        for i in 0..CAPACITY {
-            cache.insert(format!("live {i}"), 1.0, start);
-        }
-        assert_eq!(cache.len(), CAPACITY);
-        cache.insert("one more".to_owned(), 4.0, start);
-        assert_eq!(cache.len(), 1);
-        assert_eq!(cache.get("one more", start), Some(4.0));
-        // Replacing a kept scope's estimate in a full cache keeps the others.
-        for i in 0..CAPACITY - 1 {
-            cache.insert(format!("live {i}"), 1.0, start);
-        }
-        cache.insert("one more".to_owned(), 5.0, start);
-        assert_eq!(cache.len(), CAPACITY);
+        cache.entries.run_pending_tasks();
+        assert!(cache.entries.entry_count() <= CAPACITY);
     }
 }

@@ -174,11 +174,11 @@ pub async fn estimate_scope_rows_cached(
     // The statement and its values name the scope exactly (pipeline, classifications,
     // filter); the values' debug form is unambiguous for the types a scope binds.
     let key = format!("{sql}\u{0}{:?}", values.0);
-    if let Some(rows) = estimates.get(&key, std::time::Instant::now()) {
+    if let Some(rows) = estimates.get(&key) {
         return Ok(rows);
     }
     let rows = explain_rows(pool, sql, values).await?;
-    estimates.insert(key, rows, std::time::Instant::now());
+    estimates.insert(key, rows);
     Ok(rows)
 }
 
@@ -318,7 +318,7 @@ pub fn nearest_plan(
         .limit(fetch);
     if with_embeddings {
         select.expr_as(
-            Expr::cust("\"v\".\"embedding\"::real[]"),
+            Expr::col((Alias::new("v"), Alias::new("embedding"))),
             Alias::new("embedding"),
         );
     }
@@ -330,7 +330,7 @@ pub fn nearest_plan(
     let sql = sql.replace(QUERY_VECTOR, &format!("${}", values.0.0.len() + 1));
     let mut arguments = values.into_arguments();
     arguments
-        .add(crate::store::vectors::VectorParam(query.vector.to_vec()))
+        .add(pgvector::Vector::from(query.vector.to_vec()))
         .map_err(|e| ApiError::Internal(format!("query vector: {e}")))?;
     let ef = ef_search_for(query.estimated_rows, fetch, scope.filter.is_some());
     Ok(NearestPlan {
@@ -393,8 +393,9 @@ async fn nearest(
     for row in rows {
         use sqlx::Row;
         let hit = <Hit as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(&row)?;
-        let embedding: Option<Vec<f32>> = if with_embeddings {
-            row.try_get("embedding")?
+        let embedding = if with_embeddings {
+            let vector: pgvector::Vector = row.try_get("embedding")?;
+            Some(vector.to_vec())
         } else {
             None
         };

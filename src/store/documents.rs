@@ -370,7 +370,7 @@ pub fn fragment_list_base(document_id: Uuid, version: i64) -> SelectStatement {
     select
 }
 
-/// Embeddings of fragments, from an association's vector table, as float arrays.
+/// Embeddings of fragments, from an association's vector table.
 pub async fn embeddings(
     pool: &PgPool,
     vector_embedding_id: Uuid,
@@ -378,10 +378,13 @@ pub async fn embeddings(
 ) -> Result<Vec<(Uuid, Vec<f32>)>, sqlx::Error> {
     let table = super::vectors::table_name(vector_embedding_id);
     // The table name is rendered from a UUID (see `vectors`); the ids are bound.
-    let sql =
-        format!("SELECT fragment_id, embedding::real[] FROM {table} WHERE fragment_id = ANY($1)");
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    let sql = format!("SELECT fragment_id, embedding FROM {table} WHERE fragment_id = ANY($1)");
+    let rows: Vec<(Uuid, pgvector::Vector)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(fragment_ids)
         .fetch_all(pool)
-        .await
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, vector)| (id, vector.to_vec()))
+        .collect())
 }

@@ -5,47 +5,11 @@
 //! are a UUID rendered as 32 hex digits and an integer dimension checked to be 1..=2000, so no
 //! input can change the statement's shape.
 
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo};
-use sqlx::{AssertSqlSafe, PgConnection, Postgres};
+use pgvector::Vector;
+use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
 pub use crate::config::HnswParams;
-
-/// A vector bound as a parameter of pgvector's `vector` type, in its binary form (the
-/// dimension and a reserved zero as `int16`, then the values as big-endian `float4`).
-///
-/// A query vector sent as text and cast in the statement (`$1::vector`) is parsed by the
-/// server; under a generic plan the cast is not folded into a constant and is evaluated for
-/// every row an expression reads it for, so an exact scan over a thousand candidates parsed
-/// the same 384 numbers two thousand times (about 10 ms). A typed parameter is neither
-/// formatted, nor parsed, nor cast.
-#[derive(Debug, Clone, PartialEq)]
-pub struct VectorParam(pub Vec<f32>);
-
-impl sqlx::Type<Postgres> for VectorParam {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_name("vector")
-    }
-}
-
-impl sqlx::Encode<'_, Postgres> for VectorParam {
-    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-        let dimensions = i16::try_from(self.0.len())?;
-        buf.reserve(4 + 4 * self.0.len());
-        buf.extend_from_slice(&dimensions.to_be_bytes());
-        buf.extend_from_slice(&0_i16.to_be_bytes());
-        for value in &self.0 {
-            buf.extend_from_slice(&value.to_be_bytes());
-        }
-        Ok(IsNull::No)
-    }
-
-    fn size_hint(&self) -> usize {
-        4 + 4 * self.0.len()
-    }
-}
 
 /// The name of an association's vector table.
 pub fn table_name(vector_embedding_id: Uuid) -> String {
@@ -119,8 +83,9 @@ pub fn all_unit(flat: &[f32], dimensions: usize) -> bool {
 }
 
 /// Inserts the vectors of fragments in one statement: `flat` holds `ids.len()` vectors of
-/// `dimensions` values each, back to back, bound as one `real[]`. Vectors that are not of
-/// unit length clear the association's `unit_vectors` flag (in the same transaction).
+/// `dimensions` values each, back to back, bound as one `vector[]` (pgvector's binary form).
+/// Vectors that are not of unit length clear the association's `unit_vectors` flag (in the
+/// same transaction).
 pub async fn insert(
     conn: &mut PgConnection,
     vector_embedding_id: Uuid,
@@ -133,14 +98,18 @@ pub async fn insert(
         ids.len() * usize::try_from(dimensions).unwrap_or(0)
     );
     let table = table_name(vector_embedding_id);
+    let width = usize::try_from(dimensions).unwrap_or(0).max(1);
+    let vectors: Vec<Vector> = flat
+        .chunks(width)
+        .map(|values| Vector::from(values.to_vec()))
+        .collect();
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO {table} (fragment_id, embedding)
-         SELECT ($1::uuid[])[i], (($2::real[])[(i - 1) * $3 + 1 : i * $3])::vector
+         SELECT ($1::uuid[])[i], ($2::vector[])[i]
          FROM generate_series(1, cardinality($1::uuid[])) AS i"
     )))
     .bind(ids)
-    .bind(flat)
-    .bind(dimensions)
+    .bind(&vectors)
     .execute(&mut *conn)
     .await?;
     if !all_unit(flat, usize::try_from(dimensions).unwrap_or(0)) {
@@ -157,7 +126,7 @@ pub async fn insert(
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
-    use super::{HnswParams, VectorParam, all_unit, hnsw_index_sql};
+    use super::{HnswParams, all_unit, hnsw_index_sql};
 
     #[test]
     fn index_parameters_keep_to_pgvector_bounds() {
@@ -172,26 +141,6 @@ mod tests {
             hnsw_index_sql("vectors_x", HnswParams::new(12, 40).unwrap()),
             "CREATE INDEX vectors_x_hnsw ON vectors_x USING hnsw (embedding vector_cosine_ops) \
              WITH (m = 12, ef_construction = 40)"
-        );
-    }
-
-    #[test]
-    fn a_vector_parameter_is_pgvectors_binary_form() {
-        use sqlx::Encode;
-        let mut buf = sqlx::postgres::PgArgumentBuffer::default();
-        let encoded = VectorParam(vec![1.0, -0.5]).encode_by_ref(&mut buf);
-        assert!(matches!(encoded, Ok(sqlx::encode::IsNull::No)));
-        let bytes: &[u8] = &buf;
-        assert_eq!(
-            bytes,
-            [0, 2, 0, 0, 0x3f, 0x80, 0, 0, 0xbf, 0, 0, 0].as_slice()
-        );
-        // More dimensions than pgvector's int16 header holds is an error, not a wrap.
-        let mut buf = sqlx::postgres::PgArgumentBuffer::default();
-        assert!(
-            VectorParam(vec![0.0; 40_000])
-                .encode_by_ref(&mut buf)
-                .is_err()
         );
     }
 
