@@ -21,11 +21,15 @@ pub const KEY: &str = "sk-trove-test-7c1e5a9b3d";
 const CREATE_DENIED: &str =
     "Unauthorized: access level AccessLevel(WRITE) required for llms with id None";
 
-fn use_denied(id: &str) -> String {
+/// The 403 message of a key lacking R|X on the LLM `id`.
+pub fn use_denied(id: &str) -> String {
     format!(
         "Unauthorized: access level AccessLevel(READ | EXECUTE) required for llms with id Some({id})"
     )
 }
+
+/// The 500 message of a request the fake refused with [`FakeReply::rate_limited`].
+pub const RATE_LIMITED: &str = r#"Stream error: model server answered 429 Too Many Requests: {"error":{"code":"rate_limit_exceeded","message":"Rate limit reached","type":"requests"}}"#;
 
 /// Fails the test instead of hanging it.
 pub async fn within<T>(future: impl Future<Output = T>) -> T {
@@ -133,7 +137,8 @@ async fn query_as(
     .expect("request sent")
 }
 
-fn content_type(response: &reqwest::Response) -> &str {
+/// The content type of a response (empty when absent).
+pub fn content_type(response: &reqwest::Response) -> &str {
     response
         .headers()
         .get("content-type")
@@ -142,7 +147,7 @@ fn content_type(response: &reqwest::Response) -> &str {
 }
 
 /// The NDJSON lines of a body (each ends with `\n`), parsed.
-fn ndjson(text: &str) -> Vec<Value> {
+pub fn ndjson(text: &str) -> Vec<Value> {
     assert!(
         text.is_empty() || text.ends_with('\n'),
         "unterminated line: {text:?}"
@@ -153,7 +158,7 @@ fn ndjson(text: &str) -> Vec<Value> {
 }
 
 /// The `(event, data)` pairs of a server-sent events body.
-fn sse_events(text: &str) -> Vec<(String, Value)> {
+pub fn sse_events(text: &str) -> Vec<(String, Value)> {
     assert!(text.ends_with("\n\n"), "unterminated event: {text:?}");
     text.trim_end_matches('\n')
         .split("\n\n")
@@ -174,11 +179,13 @@ fn sse_events(text: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn delta(content: &str) -> Value {
+/// An NDJSON delta line.
+pub fn delta(content: &str) -> Value {
     json!({"type": "delta", "content": content})
 }
 
-fn usage(prompt: u64, completion: u64) -> Value {
+/// A `usage` object.
+pub fn usage(prompt: u64, completion: u64) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
@@ -964,14 +971,13 @@ async fn query_refused_by_the_model_server_is_a_stream_error() {
     let app = spawn_app().await;
     let fake = FakeLlm::start().await;
     let id = openai_llm(&app, &fake, json!({})).await;
-    const REFUSED: &str = r#"Stream error: model server answered 429 Too Many Requests: {"error":{"code":"rate_limit_exceeded","message":"Rate limit reached","type":"requests"}}"#;
 
     for stream in [json!(true), json!(false), json!("sse")] {
         fake.script(FakeReply::rate_limited());
         let reply =
             TestApp::reply(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await)
                 .await;
-        assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, REFUSED);
+        assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, RATE_LIMITED);
     }
     assert_eq!(fake.requests().len(), 3);
 }
