@@ -320,6 +320,16 @@ impl ApiError {
         Some(pair)
     }
 
+    /// The message of the error body (or the text of a plain-text error), from the same
+    /// table as the HTTP response; other transports (MCP) report it.
+    pub fn message(&self) -> String {
+        match (self.message_and_details(), self) {
+            (Some((message, _)), _) => message,
+            (None, Self::Plain { message, .. }) => message.clone(),
+            (None, other) => other.to_string(),
+        }
+    }
+
     /// The response for this error.
     pub fn to_response(&self) -> Response {
         let status = self.status();

@@ -313,24 +313,13 @@ fn service_error(error: ApiError) -> ErrorData {
     }
 }
 
-/// A one-line description of a failure (the REST message, or its reason where the REST
-/// message is the generic `Internal error`).
+/// A one-line description of a failure: the REST message from the error table, or its
+/// reason where the REST message is the generic `Internal error`.
 fn describe(error: &ApiError) -> String {
     match error {
-        ApiError::Internal(reason) | ApiError::Database(reason) => reason.clone(),
+        ApiError::Internal(reason) => reason.clone(),
         ApiError::Grpc(status) => format!("gRPC error: {status}"),
-        ApiError::DatabaseConnection(reason) => format!("Database connection error: {reason}"),
-        ApiError::Decryption => "Decryption error".to_owned(),
-        ApiError::NotFound { message, .. } => (*message).to_owned(),
-        ApiError::InvalidSearchType => "Invalid search type or parameters".to_owned(),
-        ApiError::NotImplemented(message) => (*message).to_owned(),
-        ApiError::FullTextDisabled(_) => {
-            "Full text search is not enabled for this pipeline".to_owned()
-        }
-        ApiError::VectorEmbeddingNotFound(_) => "Vector embedding not found".to_owned(),
-        ApiError::Nats(_) => "NATS error".to_owned(),
-        ApiError::Plain { message, .. } => message.clone(),
-        other => other.to_string(),
+        other => other.message(),
     }
 }
 
