@@ -160,6 +160,12 @@ pub fn parse_list_query(
         if reserved.contains(&name.as_ref()) {
             continue;
         }
+        if value.contains('\0') {
+            // Postgres text cannot hold U+0000: no stored value can equal or contain it.
+            return Err(ListQueryError::QueryString(format!(
+                "{name}: the NUL character (U+0000) is not allowed"
+            )));
+        }
         if name == "order_by" {
             order_values.push(value.into_owned());
         } else if !pagination.offer(&name, &value)? {

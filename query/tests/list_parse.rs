@@ -738,3 +738,16 @@ fn page_cursors_are_accepted_back() {
     assert_eq!(c, decode_cursor(after).unwrap());
     assert_eq!(c.0, vec![json!("2024-01-01T00:00:00.000000Z"), json!(ID1)]);
 }
+
+#[test]
+fn a_nul_character_in_a_value_is_a_query_string_error() {
+    assert_eq!(
+        query_string_error("name=a%00b"),
+        "name: the NUL character (U+0000) is not allowed"
+    );
+    assert_eq!(
+        query_string_error("first=2&name$contains=%00"),
+        "name$contains: the NUL character (U+0000) is not allowed"
+    );
+    ok("name=a%2500b");
+}

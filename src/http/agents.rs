@@ -436,7 +436,7 @@ impl AgentsApi {
         agent_id: extract::Path,
         headers: DryRunHeaders,
         req: &Request,
-        body: JsonBody<RunAgentBody>,
+        body: extract::ForwardedBody<RunAgentBody>,
     ) -> poem::Result<Json<BTreeMap<String, Value>>> {
         let state = state(req)?;
         let mut body = body.0;
@@ -459,7 +459,7 @@ impl AgentsApi {
         agent_id: extract::Path,
         headers: ExecuteHeaders,
         req: &Request,
-        body: JsonBody<RunAgentBody>,
+        body: extract::ForwardedBody<RunAgentBody>,
     ) -> poem::Result<Answer> {
         let state = state(req)?;
         let mut body = body.0;

@@ -4,6 +4,8 @@
 //! [`Auth`] first (authentication before path, query and body), then [`PathId`]s, then headers,
 //! then the query string, then the body ([`JsonBody`]).
 
+use std::marker::PhantomData;
+
 use poem::http::StatusCode;
 use poem::{Request, RequestBody};
 use poem_openapi::registry::{
@@ -149,8 +151,74 @@ impl<'a> ApiExtractor<'a> for PathId {
 
 /// A JSON request body parsed with serde, so that rejections carry serde's reasons with line
 /// and column: 415 without a JSON content type, 413 over 2 MB, 400 for invalid JSON, 422 for a
-/// body of the wrong shape.
-pub struct JsonBody<T>(pub T);
+/// body of the wrong shape. A body whose strings are stored (`K` = [`Stored`], the default)
+/// is refused with 400 `Invalid parameter` when a string or key holds U+0000, which Postgres
+/// text and JSON columns cannot hold; a body forwarded to a model server
+/// ([`ForwardedBody`]) keeps them.
+pub struct JsonBody<T, K = Stored>(pub T, PhantomData<K>);
+
+/// Bodies whose strings are stored in text or JSON columns (or used as SQL text values).
+pub struct Stored;
+
+/// Bodies forwarded to a model server, where any text is content.
+pub struct Forwarded;
+
+/// A body forwarded to a model server (see [`JsonBody`]).
+pub type ForwardedBody<T> = JsonBody<T, Forwarded>;
+
+/// Whether a body kind refuses U+0000.
+pub trait BodyKind: Send {
+    const REFUSES_NUL: bool;
+}
+
+impl BodyKind for Stored {
+    const REFUSES_NUL: bool = true;
+}
+
+impl BodyKind for Forwarded {
+    const REFUSES_NUL: bool = false;
+}
+
+/// The path of the first string or key of a JSON body that holds U+0000 (`name`,
+/// `metadata.title`, `prompt.1.template`), outside a top-level `filters` (the filter language
+/// refuses such values with its own error). Only bodies that spell the escape are parsed again.
+fn nul_field(bytes: &[u8]) -> Option<String> {
+    if !bytes.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let mut pending: Vec<(String, &serde_json::Value)> = vec![(String::new(), &value)];
+    while let Some((path, value)) = pending.pop() {
+        let child = |key: &str| {
+            if path.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{path}.{key}")
+            }
+        };
+        match value {
+            serde_json::Value::String(text) if text.contains('\0') => return Some(path),
+            serde_json::Value::Object(map) => {
+                for (key, item) in map.iter().rev() {
+                    if path.is_empty() && key == "filters" {
+                        continue;
+                    }
+                    if key.contains('\0') {
+                        return Some(child(key));
+                    }
+                    pending.push((child(key), item));
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (index, item) in items.iter().enumerate().rev() {
+                    pending.push((child(&index.to_string()), item));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
 
 /// Whether a content type is JSON (`application/json` or `application/*+json`).
 pub fn is_json_content_type(content_type: &str) -> bool {
@@ -164,6 +232,7 @@ pub fn is_json_content_type(content_type: &str) -> bool {
 pub async fn read_json<T: DeserializeOwned>(
     request: &Request,
     body: &mut RequestBody,
+    refuse_nul: bool,
 ) -> Result<T, ApiError> {
     if !request.content_type().is_some_and(is_json_content_type) {
         return Err(ApiError::Plain {
@@ -188,7 +257,13 @@ pub async fn read_json<T: DeserializeOwned>(
                 message: format!("Failed to buffer the request body: {other}"),
             },
         })?;
-    parse_json(&bytes)
+    let value = parse_json(&bytes)?;
+    if refuse_nul && let Some(field) = nul_field(&bytes) {
+        return Err(ApiError::InvalidParameter(format!(
+            "{field} contains the NUL character (U+0000)"
+        )));
+    }
+    Ok(value)
 }
 
 /// Parses JSON bytes into `T` with the interface's two rejections.
@@ -208,7 +283,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-impl<'a, T: DeserializeOwned + Type + Send> ApiExtractor<'a> for JsonBody<T> {
+impl<'a, T: DeserializeOwned + Type + Send, K: BodyKind> ApiExtractor<'a> for JsonBody<T, K> {
     const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
     type ParamType = ();
     type ParamRawType = ();
@@ -233,7 +308,8 @@ impl<'a, T: DeserializeOwned + Type + Send> ApiExtractor<'a> for JsonBody<T> {
         body: &mut RequestBody,
         _opts: ExtractParamOptions<()>,
     ) -> poem::Result<Self> {
-        Ok(JsonBody(read_json(request, body).await?))
+        let value = read_json(request, body, K::REFUSES_NUL).await?;
+        Ok(JsonBody(value, PhantomData))
     }
 }
 

@@ -208,7 +208,7 @@ impl LlmsApi {
         auth: Auth,
         llm_id: extract::Path,
         req: &Request,
-        body: JsonBody<QueryLlmBody>,
+        body: extract::ForwardedBody<QueryLlmBody>,
     ) -> poem::Result<Answer> {
         let state = state(req)?;
         let body = body.0;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use super::connections::unless_client_leaves;
-use super::extract::{Auth, JsonBody, required_header, state};
+use super::extract::{Auth, ForwardedBody, required_header, state};
 use super::shell::OpenStream;
 use crate::error::ApiError;
 use crate::service::llms as service;
@@ -101,7 +101,7 @@ impl RelayApi {
         auth: Auth,
         headers: RelayHeaders,
         req: &Request,
-        body: JsonBody<BTreeMap<String, Value>>,
+        body: ForwardedBody<BTreeMap<String, Value>>,
     ) -> poem::Result<Relayed> {
         let state = state(req)?;
         let body = body.0.into_iter().collect();

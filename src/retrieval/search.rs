@@ -468,6 +468,9 @@ pub async fn full_text(
     if k == 0 || query.trim().is_empty() {
         return Ok(Vec::new());
     }
+    // Postgres text cannot hold U+0000; as a word separator it means what a space means.
+    let query = query.replace('\0', " ");
+    let query = query.as_str();
     let config = trove_text::text_search_config(query);
     let tsquery = Expr::cust_with_values(
         "plainto_tsquery($1::regconfig, $2)",
