@@ -179,6 +179,8 @@ impl OpenAiEmbedder {
         if !status.is_success() {
             let retry_after = retry_after(response.headers());
             let text = response.text().await.unwrap_or_default();
+            // Servers quote the key they refused (OpenAI: `Incorrect API key provided: sk-…`).
+            let text = crate::providers::llm::redact(&text, &[&self.api_key]);
             let failure = EmbedFailure::Compute(format!(
                 "embedding server answered HTTP {}: {}",
                 status.as_u16(),

@@ -1007,10 +1007,15 @@ async fn fake_embeddings(
             .body("slow down");
     }
     if authorization != format!("Bearer {API_KEY}") {
+        // As OpenAI does: the message quotes the key it refused.
+        let key = authorization.trim_start_matches("Bearer ");
         return Response::builder()
             .status(PoemStatus::UNAUTHORIZED)
             .content_type("application/json")
-            .body("{\"error\": {\"message\": \"Incorrect API key provided\"}}");
+            .body(
+                json!({"error": {"message": format!("Incorrect API key provided: {key}")}})
+                    .to_string(),
+            );
     }
     let size = usize::try_from(dimensions.unwrap_or(6)).expect("size");
     // Items in reverse order: the client must order them by `index`.
@@ -1196,9 +1201,10 @@ async fn openai_create_failures() {
     assert!(
         reason.starts_with("Failed loading embedding model: ")
             && reason.contains("401")
-            && reason.contains("Incorrect API key"),
+            && reason.contains("Incorrect API key provided: [redacted]"),
         "{reason}"
     );
+    assert!(!reply.text.contains("sk-wrong"), "{}", reply.text);
     assert_eq!(fake.lock().expect("state").requests.len(), 1);
 
     // Size given and different from the probe.
