@@ -280,6 +280,9 @@ impl Endpoint for McpEndpoint {
         } else {
             req.set_body(Body::empty());
         }
+        // 2026-07-28 has no sessions: its responses carry no session id (rmcp, which serves
+        // the revision within its session mode, would send one; the unused session expires).
+        let stateless = echo_2026 || header_str(&req, "mcp-protocol-version") == Some("2026-07-28");
         req.extensions_mut().insert(auth);
 
         // 5. rmcp.
@@ -292,7 +295,7 @@ impl Endpoint for McpEndpoint {
             .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let mut builder = Response::builder().status(parts.status);
         for (name, value) in &parts.headers {
-            if name != header::CONTENT_LENGTH {
+            if name != header::CONTENT_LENGTH && !(stateless && name.as_str() == SESSION_ID) {
                 builder = builder.header(name.clone(), value.clone());
             }
         }
