@@ -10,6 +10,7 @@ pub mod list;
 
 // The list machinery's parts; `list` re-exports their public items.
 mod cursor;
+mod like;
 mod list_filters;
 mod order;
 mod pagination;

@@ -43,7 +43,8 @@ pub enum FieldKind {
 pub struct FilterOps {
     /// `field=value`.
     pub eq: bool,
-    /// `field$contains=value` (repeatable, all must match; `%` and `_` act as wildcards).
+    /// `field$contains=value` (repeatable, all must match; `%` and `_` act as wildcards, a
+    /// backslash is literal).
     pub contains: bool,
     /// `field$startswith=value`.
     pub startswith: bool,

@@ -6,6 +6,7 @@ use sea_query::{Expr, ExprTrait as _, SelectStatement};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::like::wildcard_text;
 use crate::list::{
     FieldFilter, FieldKind, FieldSpec, FilterOp, FilterOps, ListQueryError, ListSpec,
 };
@@ -236,9 +237,10 @@ fn filter_condition(spec: &ListSpec, filter: &FieldFilter) -> Expr {
         }
     };
     match filter.op {
-        // `%` and `_` in the value deliberately stay wildcards (interface rule 7).
-        FilterOp::Contains => like_col().like(format!("%{}%", text())),
-        FilterOp::StartsWith => like_col().like(format!("{}%", text())),
+        // `%` and `_` in the value deliberately stay wildcards (interface rule 7); a backslash
+        // is literal.
+        FilterOp::Contains => like_col().like(format!("%{}%", wildcard_text(&text()))),
+        FilterOp::StartsWith => like_col().like(format!("{}%", wildcard_text(&text()))),
         FilterOp::Eq => col.eq(bind(kind, &filter.value)),
         FilterOp::Gt => col.gt(bind(kind, &filter.value)),
         FilterOp::Ge => col.gte(bind(kind, &filter.value)),
@@ -292,6 +294,24 @@ mod tests {
             sql(&[filter]),
             r#"SELECT "x" FROM "t" WHERE CAST("t"."id_col" AS text) LIKE '01%'"#
         );
+    }
+
+    #[test]
+    fn patterns_keep_wildcards_and_double_backslashes() {
+        for (op, text, pattern) in [
+            (FilterOp::Contains, r"50%\", r"%50%\\%"),
+            (FilterOp::StartsWith, r"a_\b", r"a_\\b%"),
+        ] {
+            let filter = FieldFilter {
+                field: "id",
+                op,
+                value: json!(text),
+            };
+            let mut query = Query::select().column("x").from("t").to_owned();
+            apply_filters(&SPEC, &[filter], &mut query);
+            let (_, values) = query.build(PostgresQueryBuilder);
+            assert_eq!(values.0, [sea_query::Value::from(pattern)]);
+        }
     }
 
     #[test]

@@ -82,6 +82,11 @@ fn patterns() {
         "filter_like_escapes",
         r#"{"title": {"$like": "100\\% pure\\_\\\\%"}}"#,
     );
+    // A final unpaired backslash becomes a literal one (doubled); pairs before it stay.
+    snapshot(
+        "filter_like_trailing_backslash",
+        r#"{"title": {"$like": "C:\\"}, "topic": {"$ilike": "a\\\\\\"}}"#,
+    );
     snapshot(
         "filter_like_quotes",
         r#"{"title": {"$like": "it's a \"quote\"; DROP TABLE fragments; --"}}"#,

@@ -226,6 +226,15 @@ fn filter_startswith() {
 }
 
 #[test]
+fn filter_backslashes_are_literal() {
+    // `a\` and `\%`: backslashes doubled, `%` still a wildcard.
+    page(
+        "list_filter_backslash",
+        "name$contains=a%5C&name$startswith=%5C%25",
+    );
+}
+
+#[test]
 fn filter_gt() {
     page("list_filter_gt", "created_at$gt=2024-01-01T00:00:00Z");
 }

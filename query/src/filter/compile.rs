@@ -26,8 +26,9 @@
 //!   (rule 4).
 //! - `$in` / `$not-in` compare with `= ANY(list)` / `<> ALL(list)`; on a boolean field an empty
 //!   list is the constant FALSE / TRUE (rule 3), for every document, missing field included.
-//! - `$like` / `$ilike` are `LIKE` / `ILIKE` with the pattern bound as is: `%`, `_` and
-//!   Postgres' default escape character, backslash.
+//! - `$like` / `$ilike` are `LIKE` / `ILIKE` with the pattern bound as given: `%`, `_` and
+//!   Postgres' default escape character, backslash. A final unpaired backslash, which
+//!   Postgres would refuse, is a literal backslash (bound as `\\`).
 //!
 //! Lists are bound as one parameter holding a Postgres array literal, cast to the element
 //! type (`= ANY(CAST($1 AS bigint[]))`): sea-query's native array values need the
@@ -41,6 +42,8 @@ use std::fmt::Write as _;
 
 use sea_query::extension::postgres::{PgExpr as _, PgFunc};
 use sea_query::{Alias, Condition, Expr, ExprTrait as _, Value};
+
+use crate::like::close_trailing_escape;
 
 use super::ast::{CompareOp, LikeOp, MembershipOp, is_field_name};
 use super::teq::TeqExpansions;
@@ -103,10 +106,13 @@ impl Compiler<'_> {
                     CompareOp::Le => field().lte(value),
                 })
             }
-            TypedOperation::Like { op, pattern } => Logic::Leaf(match op {
-                LikeOp::Like => field().like(pattern.as_str()),
-                LikeOp::ILike => field().ilike(pattern.as_str()),
-            }),
+            TypedOperation::Like { op, pattern } => {
+                let pattern = close_trailing_escape(pattern);
+                Logic::Leaf(match op {
+                    LikeOp::Like => field().like(&*pattern),
+                    LikeOp::ILike => field().ilike(&*pattern),
+                })
+            }
             TypedOperation::Membership { op, values } => {
                 if values.is_empty() {
                     // Only boolean fields get here (validation); rule 3.
