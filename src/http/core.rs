@@ -55,7 +55,7 @@ impl CoreApi {
         let state = state(req)?;
         let document_queue = state
             .queue
-            .message_count()
+            .jobs_in_progress()
             .await
             .map_err(ApiError::StreamInfo)?;
         Ok(Json(Statistics {

@@ -66,8 +66,11 @@ impl Queue {
             .map_err(|e| e.to_string())
     }
 
-    /// Messages in the stream: jobs waiting or being processed.
-    pub async fn message_count(&self) -> Result<u64, String> {
+    /// Jobs waiting or being processed: the workers' consumer's jobs not yet delivered plus
+    /// those delivered and not yet acknowledged. The stream keeps every job for
+    /// [`JOB_RETENTION`] (done or not), so its message count is history, not the queue; before
+    /// a worker created the consumer, every job in the stream is waiting.
+    pub async fn jobs_in_progress(&self) -> Result<u64, String> {
         let stream = match self.jetstream.get_stream(&self.names.stream).await {
             Ok(stream) => stream,
             // No stream yet (NATS was down at start): nothing is queued.
@@ -82,8 +85,21 @@ impl Queue {
             }
             Err(e) => return Err(e.to_string()),
         };
-        let info = stream.get_info().await.map_err(|e| e.to_string())?;
-        Ok(info.state.messages)
+        match stream.consumer_info(&self.names.consumer).await {
+            Ok(info) => Ok(info
+                .num_pending
+                .saturating_add(u64::try_from(info.num_ack_pending).unwrap_or(u64::MAX))),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    jetstream::context::ConsumerInfoErrorKind::NotFound
+                ) =>
+            {
+                let info = stream.get_info().await.map_err(|e| e.to_string())?;
+                Ok(info.state.messages)
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 

@@ -244,3 +244,24 @@ async fn metrics_pending_gauge_returns_to_zero() {
         "{text}"
     );
 }
+
+/// `document_queue` counts the jobs waiting or being processed, not the stream's history.
+#[tokio::test]
+async fn document_queue_counts_jobs_not_yet_done() {
+    let app = crate::helpers::spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let queue = || async {
+        let reply = app
+            .send(Method::GET, "/statistics?interval=1h", None, None)
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        reply.body["document_queue"].clone()
+    };
+    app.submit_text(&pid, "one", "The first document.").await;
+    app.submit_text(&pid, "two", "The second document.").await;
+    assert_eq!(queue().await, json!(2));
+
+    let outcome = app.step().await;
+    assert_eq!(outcome.stored, 2, "{outcome:?}");
+    assert_eq!(queue().await, json!(0), "done jobs are no longer queued");
+}
