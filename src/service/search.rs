@@ -12,7 +12,7 @@ use crate::providers::embedding::ProviderKind;
 use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, VectorQuery};
 use crate::state::AppState;
 use crate::store::Connection;
-use crate::store::pipelines::PipelineRow;
+use crate::store::pipelines::{PipelineRow, SearchContext};
 
 /// Search kinds of the request's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, poem_openapi::Enum)]
@@ -235,6 +235,9 @@ pub async fn run(
 /// [`run`] with what the caller has already: the query's embedding (a vector search uses it
 /// instead of embedding the query again when it comes from the model the search selects),
 /// and the pipeline's search context (read ahead; still subject to the permission check).
+///
+/// Checks come in the interface's order: permission, search kind, classification, filter,
+/// vector embedding, embedding.
 pub async fn run_with(
     state: &AppState,
     auth: &AuthContext,
@@ -243,19 +246,7 @@ pub async fn run_with(
     query_vector: Option<QueryVector>,
     prefetched: Option<Prefetched>,
 ) -> ApiResult<Vec<Value>> {
-    // One read: the pipeline, its model, its classifications and what the search needs to
-    // know of the stored vectors.
-    let needed = AccessLevel::READ.union(AccessLevel::EXECUTE);
-    let (context, connection) = match prefetched {
-        Some(prefetched) if prefetched.pipeline_id == pipeline_id => (
-            super::pipelines::require_prefetched(auth, pipeline_id, needed, prefetched.context)?,
-            prefetched.connection,
-        ),
-        _ => (
-            super::pipelines::require_for_search(&state.pool, auth, pipeline_id, needed).await?,
-            None,
-        ),
-    };
+    let (context, connection) = permitted_context(state, auth, pipeline_id, prefetched).await?;
     let pipeline = &context.pipeline;
     // The search statement runs on the connection that read the context: its server process
     // has just worked on this pipeline, and the search takes one connection from the pool
@@ -272,26 +263,9 @@ pub async fn run_with(
             != Some(ProviderKind::OpenAi)
     });
     let params = EffectiveParams::from_request(input.params.as_ref());
-    match input.kind {
-        SearchKind::Query => return Err(ApiError::InvalidSearchType),
-        SearchKind::Hybrid => {
-            return Err(ApiError::NotImplemented(
-                "Hybrid placeholder is not implemented yet",
-            ));
-        }
-        SearchKind::History => {
-            return Err(ApiError::NotImplemented(
-                "History placeholder is not implemented yet",
-            ));
-        }
-        SearchKind::Search if !pipeline.has_full_text_search => {
-            return Err(ApiError::FullTextDisabled(params.to_json()));
-        }
-        _ => {}
-    }
+    check_kind(input.kind, pipeline, &params)?;
     // The query's vector (similarity and MMR with k > 0) is computed while the
-    // classifications are read and the filter compiled; errors still come in the interface's
-    // order: classification, filter, vector embedding, embedding.
+    // classifications are read and the filter compiled.
     let vector_target = match input.kind {
         SearchKind::Similarity | SearchKind::Mmr => {
             Some(vector_embedding(pipeline, params.embedding))
@@ -299,141 +273,260 @@ pub async fn run_with(
         _ => None,
     };
     let wants_vector = params.k > 0 && (input.kind != SearchKind::Mmr || params.fetch_k > 0);
-    let embedding = async {
-        match (&vector_target, query_vector) {
-            (Some(Ok((_, model))), Some(computed))
-                if computed.model_id == *model && wants_vector =>
-            {
-                Some(Ok(computed.vector))
-            }
-            (Some(Ok(_)), _) if wants_vector => Some(match context.stored_model() {
-                Some(stored) => embed_query_with(state, &stored, &input.query).await,
-                None => Err(ApiError::Internal(
-                    "the association has no model".to_owned(),
-                )),
-            }),
-            _ => None,
-        }
-    };
-    let scope_parts = async {
-        let classifications = trove_query::classification::resolve(
-            &input.classification,
-            &context.classification_names,
-            &context.hierarchy(),
-        )
-        .map_err(|_| ApiError::NotFound {
-            message: "Classification not found",
-            id: None,
-        })?;
-        let compiled = match &input.filters {
-            Some(filter) => Some(
-                super::filters::compile_for_pipeline(state, pipeline, filter, "fragments").await?,
-            ),
-            None => None,
-        };
-        let filter = compiled.as_ref().map(|c| c.condition.clone());
-        // A vector search under a filter, or over some of the pipeline's classifications,
-        // takes the exact path when the planner expects few fragments to pass.
-        let restricted =
-            filter.is_some() || classifications.len() < context.classification_names.len();
-        let path = if wants_vector
-            && matches!(vector_target, Some(Ok(_)))
-            && restricted
-            && !classifications.is_empty()
-        {
-            let scope = Scope {
-                pipeline_id,
-                classifications: &classifications,
-                filter: filter.clone(),
-            };
-            search::path_for(Some(
-                search::estimate_scope_rows_cached(&state.pool, &state.scope_estimates, &scope)
-                    .await?,
-            ))
-        } else {
-            NearestPath::Index
-        };
-        ApiResult::Ok((classifications, filter, compiled, path))
-    };
+    let embedding = query_embedding(
+        state,
+        &context,
+        &input.query,
+        vector_target.as_ref(),
+        wants_vector,
+        query_vector,
+    );
+    let indexed_vector = wants_vector && matches!(vector_target, Some(Ok(_)));
+    let scope_parts = resolve_scope(state, &context, &input, pipeline_id, indexed_vector);
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
-    let (classifications, filter, compiled, path) = scope_parts?;
-    if classifications.is_empty() {
+    let parts = scope_parts?;
+    if parts.classifications.is_empty() {
         return Ok(Vec::new());
     }
-    // Rule 6, when a statement applies the filter (after the checks that come first).
-    let refuse_unconvertible = || async {
-        match &compiled {
+    let search = Search {
+        state,
+        context: &context,
+        pipeline_id,
+        parts,
+        connection,
+        params,
+    };
+    let hits = match input.kind {
+        SearchKind::Similarity | SearchKind::Mmr => {
+            let ve = match vector_target {
+                Some(target) => target?.0,
+                None => {
+                    return Err(ApiError::Internal(
+                        "no vector embedding selected".to_owned(),
+                    ));
+                }
+            };
+            let Some(vector) = embedding else {
+                // k = 0, or MMR with fetch_k = 0.
+                return Ok(Vec::new());
+            };
+            let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::Cosine);
+            search.vector(input.kind, ve, &vector?, strategy).await?
+        }
+        _ => search.full_text(&input.query).await?,
+    };
+    hits.into_iter().map(|hit| hit_object(state, hit)).collect()
+}
+
+/// The pipeline's search context, once the key holds read and execute on it, with the
+/// connection that read it ahead (if it did).
+async fn permitted_context(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    prefetched: Option<Prefetched>,
+) -> ApiResult<(SearchContext, Option<Connection>)> {
+    let needed = AccessLevel::READ.union(AccessLevel::EXECUTE);
+    Ok(match prefetched {
+        Some(prefetched) if prefetched.pipeline_id == pipeline_id => (
+            super::pipelines::require_prefetched(auth, pipeline_id, needed, prefetched.context)?,
+            prefetched.connection,
+        ),
+        _ => (
+            super::pipelines::require_for_search(&state.pool, auth, pipeline_id, needed).await?,
+            None,
+        ),
+    })
+}
+
+/// The search kinds a pipeline cannot serve.
+fn check_kind(kind: SearchKind, pipeline: &PipelineRow, params: &EffectiveParams) -> ApiResult<()> {
+    match kind {
+        SearchKind::Query => Err(ApiError::InvalidSearchType),
+        SearchKind::Hybrid => Err(ApiError::NotImplemented(
+            "Hybrid placeholder is not implemented yet",
+        )),
+        SearchKind::History => Err(ApiError::NotImplemented(
+            "History placeholder is not implemented yet",
+        )),
+        SearchKind::Search if !pipeline.has_full_text_search => {
+            Err(ApiError::FullTextDisabled(params.to_json()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The query's vector when the search needs one: the caller's, when it comes from the model
+/// the search selects, else embedded here.
+async fn query_embedding(
+    state: &AppState,
+    context: &SearchContext,
+    query: &str,
+    vector_target: Option<&ApiResult<(Uuid, Uuid)>>,
+    wants_vector: bool,
+    computed: Option<QueryVector>,
+) -> Option<ApiResult<Vec<f32>>> {
+    let Some(Ok((_, model))) = vector_target else {
+        return None;
+    };
+    if !wants_vector {
+        return None;
+    }
+    if let Some(computed) = computed.filter(|c| c.model_id == *model) {
+        return Some(Ok(computed.vector));
+    }
+    Some(match context.stored_model() {
+        Some(stored) => embed_query_with(state, &stored, query).await,
+        None => Err(ApiError::Internal(
+            "the association has no model".to_owned(),
+        )),
+    })
+}
+
+/// What restricts a search: the classifications it may see, the filter (as a condition and
+/// compiled), and the path a vector search takes.
+struct ScopeParts {
+    classifications: Vec<String>,
+    filter: Option<sea_query::Condition>,
+    compiled: Option<super::filters::CompiledFilter>,
+    path: NearestPath,
+}
+
+/// Resolves the classifications, compiles the filter and, for a vector search under a filter
+/// or over some of the pipeline's classifications, asks whether few enough fragments pass for
+/// the exact path.
+async fn resolve_scope(
+    state: &AppState,
+    context: &SearchContext,
+    input: &SearchInput,
+    pipeline_id: Uuid,
+    indexed_vector: bool,
+) -> ApiResult<ScopeParts> {
+    let classifications = trove_query::classification::resolve(
+        &input.classification,
+        &context.classification_names,
+        &context.hierarchy(),
+    )
+    .map_err(|_| ApiError::NotFound {
+        message: "Classification not found",
+        id: None,
+    })?;
+    let compiled = match &input.filters {
+        Some(filter) => Some(
+            super::filters::compile_for_pipeline(state, &context.pipeline, filter, "fragments")
+                .await?,
+        ),
+        None => None,
+    };
+    let filter = compiled.as_ref().map(|c| c.condition.clone());
+    let restricted = filter.is_some() || classifications.len() < context.classification_names.len();
+    let path = if indexed_vector && restricted && !classifications.is_empty() {
+        let scope = Scope {
+            pipeline_id,
+            classifications: &classifications,
+            filter: filter.clone(),
+        };
+        search::path_for(Some(
+            search::estimate_scope_rows_cached(&state.pool, &state.scope_estimates, &scope).await?,
+        ))
+    } else {
+        NearestPath::Index
+    };
+    Ok(ScopeParts {
+        classifications,
+        filter,
+        compiled,
+        path,
+    })
+}
+
+/// A search whose checks have passed, ready to run its statement.
+struct Search<'a> {
+    state: &'a AppState,
+    context: &'a SearchContext,
+    pipeline_id: Uuid,
+    parts: ScopeParts,
+    connection: Option<Connection>,
+    params: EffectiveParams,
+}
+
+impl Search<'_> {
+    fn scope(&self) -> Scope<'_> {
+        Scope {
+            pipeline_id: self.pipeline_id,
+            classifications: &self.parts.classifications,
+            filter: self.parts.filter.clone(),
+        }
+    }
+
+    /// Rule 6 of the filter language, when a statement applies the filter (after the checks
+    /// that come first).
+    async fn refuse_unconvertible(&self) -> ApiResult<()> {
+        match &self.parts.compiled {
             Some(compiled) => {
                 super::filters::refuse_unconvertible(
-                    state,
-                    pipeline_id,
+                    self.state,
+                    self.pipeline_id,
                     compiled,
-                    Some(&context.unconvertible_fields),
+                    Some(&self.context.unconvertible_fields),
                 )
                 .await
             }
             None => Ok(()),
         }
-    };
-    let scope = Scope {
-        pipeline_id,
-        classifications: &classifications,
-        filter,
-    };
-    let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::Cosine);
-    let hits = match input.kind {
-        SearchKind::Similarity | SearchKind::Mmr => {
-            let (ve, _) = vector_target.unwrap_or_else(|| {
-                Err(ApiError::Internal(
-                    "no vector embedding selected".to_owned(),
-                ))
-            })?;
-            let Some(vector) = embedding else {
-                // k = 0, or MMR with fetch_k = 0.
-                return Ok(Vec::new());
-            };
-            let vector = vector?;
-            refuse_unconvertible().await?;
-            let mut connection = statement_connection(state, connection).await?;
-            let query = VectorQuery {
-                vector_embedding_id: ve,
-                vector: &vector,
-                strategy,
-                unit_vectors: strategy == DistanceStrategy::Cosine
-                    || context.ve_unit_vectors.unwrap_or(false),
-                estimated_rows: context.ve_estimated_rows.map_or(0.0, f64::from),
-                path,
-            };
-            if input.kind == SearchKind::Similarity {
-                search::similarity(&mut connection, &scope, &query, params.k, params.threshold)
-                    .await?
-            } else {
-                search::mmr(
-                    &mut connection,
-                    &scope,
-                    &query,
-                    params.k,
-                    params.fetch_k,
-                    params.lambda_mult,
-                    params.threshold,
-                )
-                .await?
-            }
-        }
-        _ => {
-            if params.k > 0 {
-                refuse_unconvertible().await?;
-            }
-            let mut connection = statement_connection(state, connection).await?;
-            search::full_text(
+    }
+
+    /// Similarity or MMR on the association `ve`.
+    async fn vector(
+        mut self,
+        kind: SearchKind,
+        ve: Uuid,
+        vector: &[f32],
+        strategy: DistanceStrategy,
+    ) -> ApiResult<Vec<Hit>> {
+        self.refuse_unconvertible().await?;
+        let mut connection = statement_connection(self.state, self.connection.take()).await?;
+        let query = VectorQuery {
+            vector_embedding_id: ve,
+            vector,
+            strategy,
+            unit_vectors: strategy == DistanceStrategy::Cosine
+                || self.context.ve_unit_vectors.unwrap_or(false),
+            estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
+            path: self.parts.path,
+        };
+        let scope = self.scope();
+        let p = &self.params;
+        if kind == SearchKind::Similarity {
+            search::similarity(&mut connection, &scope, &query, p.k, p.threshold).await
+        } else {
+            search::mmr(
                 &mut connection,
                 &scope,
-                &input.query,
-                params.k,
-                params.threshold,
+                &query,
+                p.k,
+                p.fetch_k,
+                p.lambda_mult,
+                p.threshold,
             )
-            .await?
+            .await
         }
-    };
-    hits.into_iter().map(|hit| hit_object(state, hit)).collect()
+    }
+
+    /// Full-text search.
+    async fn full_text(mut self, query: &str) -> ApiResult<Vec<Hit>> {
+        if self.params.k > 0 {
+            self.refuse_unconvertible().await?;
+        }
+        let mut connection = statement_connection(self.state, self.connection.take()).await?;
+        let scope = self.scope();
+        search::full_text(
+            &mut connection,
+            &scope,
+            query,
+            self.params.k,
+            self.params.threshold,
+        )
+        .await
+    }
 }
