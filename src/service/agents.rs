@@ -15,7 +15,8 @@ use uuid::Uuid;
 use super::search::{self as search_service, QueryVector, SearchInput, SearchKind, SearchParams};
 use crate::access::{AccessLevel, ObjectType};
 use crate::agents::definition::{
-    AgentDefinition, DefinitionError, Message, Placeholder, PlaceholderType, RetrievalParams,
+    AgentDefinition, DefinitionError, Message, Placeholder, PlaceholderType, RenderedMessage,
+    RetrievalParams,
 };
 pub use crate::agents::trace::Trace;
 use crate::agents::trace::{self, AnswerRecorder, TraceIds};
@@ -447,20 +448,7 @@ pub async fn execute(
     let llm = super::llms::ready(&state.cipher, stored_llm)?;
     let results = retrieve(state, auth, pipeline_id, &context, &definition, &input).await?;
 
-    let mut values = input.variables;
-    for (name, hits) in &results {
-        let texts: Vec<&str> = hits
-            .iter()
-            .filter_map(|hit| hit.get("page_content").and_then(Value::as_str))
-            .collect();
-        values.insert(name.clone(), texts.join("\n\n"));
-    }
-    let rendered = definition.render_messages(&values).map_err(|unfilled| {
-        ApiError::InvalidParameter(format!(
-            "Prompts contain unfilled placeholders: {}",
-            unfilled.names.join(", ")
-        ))
-    })?;
+    let rendered = render(&definition, input.variables, &results)?;
     let messages: Vec<ChatMessage> = rendered
         .iter()
         .map(|m| ChatMessage {
@@ -469,27 +457,70 @@ pub async fn execute(
         })
         .collect();
     let events = super::llms::chat(state, &llm, &messages, Map::new()).await?;
+    let trace = options.tracing.then(|| Traced {
+        ids: TraceIds {
+            id: Uuid::new_v4(),
+            api_key_id: auth.key_id,
+            agent_id,
+            pipeline_id,
+            llm_id: options.llm_id,
+        },
+        retrievals: Value::Object(retrievals_object(&results)),
+        messages: json!(rendered),
+    });
+    answer(state, events, trace, options.whole_answer).await
+}
 
-    let ids = TraceIds {
-        id: Uuid::new_v4(),
-        api_key_id: auth.key_id,
-        agent_id,
-        pipeline_id,
-        llm_id: options.llm_id,
-    };
-    let retrievals = Value::Object(retrievals_object(&results));
-    let traced_messages = json!(rendered);
-    if options.whole_answer {
+/// The included messages with the variables and each retrieval placeholder's fragments
+/// (their text joined by a blank line) filled in.
+fn render(
+    definition: &AgentDefinition,
+    mut values: HashMap<String, String>,
+    results: &[(String, Vec<Value>)],
+) -> ApiResult<Vec<RenderedMessage>> {
+    for (name, hits) in results {
+        let texts: Vec<&str> = hits
+            .iter()
+            .filter_map(|hit| hit.get("page_content").and_then(Value::as_str))
+            .collect();
+        values.insert(name.clone(), texts.join("\n\n"));
+    }
+    definition.render_messages(&values).map_err(|unfilled| {
+        ApiError::InvalidParameter(format!(
+            "Prompts contain unfilled placeholders: {}",
+            unfilled.names.join(", ")
+        ))
+    })
+}
+
+/// What a traced execution records before its answer.
+struct Traced {
+    ids: TraceIds,
+    retrievals: Value,
+    messages: Value,
+}
+
+/// The answer's events, with the trace written as the interface says: for a whole answer
+/// once it is complete (a failure keeps no trace), for a stream before the head, its answer
+/// recorded when the stream ends.
+async fn answer(
+    state: &AppState,
+    events: ChatStream,
+    trace: Option<Traced>,
+    whole_answer: bool,
+) -> ApiResult<Execution> {
+    let trace_id = trace.as_ref().map(|t| t.ids.id);
+    if whole_answer {
         let (text, finish_reason, usage) = collect(events)
             .await
             .map_err(|e| ApiError::Stream(e.to_string()))?;
-        if options.tracing {
+        if let Some(t) = &trace {
             trace::write(
                 &state.pool,
                 &state.cipher,
-                ids,
-                &retrievals,
-                &traced_messages,
+                t.ids,
+                &t.retrievals,
+                &t.messages,
                 Some(&text),
             )
             .await?;
@@ -502,30 +533,27 @@ pub async fn execute(
             }),
         ])
         .boxed();
-        return Ok(Execution {
-            events,
-            trace_id: options.tracing.then_some(ids.id),
-        });
+        return Ok(Execution { events, trace_id });
     }
-    if !options.tracing {
+    let Some(t) = trace else {
         return Ok(Execution {
             events,
             trace_id: None,
         });
-    }
+    };
     trace::write(
         &state.pool,
         &state.cipher,
-        ids,
-        &retrievals,
-        &traced_messages,
+        t.ids,
+        &t.retrievals,
+        &t.messages,
         None,
     )
     .await?;
-    let recorder = AnswerRecorder::new(state.pool.clone(), state.cipher.clone(), ids.id);
+    let recorder = AnswerRecorder::new(state.pool.clone(), state.cipher.clone(), t.ids.id);
     Ok(Execution {
         events: recorder.record(events),
-        trace_id: Some(ids.id),
+        trace_id,
     })
 }
 
