@@ -7,6 +7,7 @@
 pub mod classification;
 pub mod filter;
 pub mod list;
+pub mod search;
 
 // The list machinery's parts; `list` re-exports their public items.
 mod cursor;

@@ -4,13 +4,11 @@
 //! `k`. The statements are sea-query with every value bound; the only identifier that varies
 //! is the association's vector table, rendered from a UUID.
 
-use sea_query::{
-    Alias, Cond, Condition, Expr, ExprTrait, Order, PostgresQueryBuilder, Query, SelectStatement,
-};
+use sea_query::PostgresQueryBuilder;
 use sea_query_sqlx::SqlxBinder;
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
-use sqlx::{Arguments, AssertSqlSafe, Connection, IntoArguments, PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, Connection, IntoArguments, PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::mmr::{self, Similarity};
@@ -32,11 +30,11 @@ pub enum DistanceStrategy {
 }
 
 impl DistanceStrategy {
-    fn operator(self) -> Option<&'static str> {
+    fn distance(self) -> Option<Distance> {
         match self {
-            Self::Cosine => Some("<=>"),
-            Self::EuclideanDistance => Some("<->"),
-            Self::DotProduct => Some("<#>"),
+            Self::Cosine => Some(Distance::Cosine),
+            Self::EuclideanDistance => Some(Distance::Euclidean),
+            Self::DotProduct => Some(Distance::NegativeInnerProduct),
             Self::MaxInnerProduct => None,
         }
     }
@@ -65,53 +63,8 @@ pub struct Hit {
 
 use crate::store::SESSION_EF_SEARCH;
 
-/// What every search kind shares.
-pub struct Scope<'a> {
-    pub pipeline_id: Uuid,
-    /// The classifications the reader may see (already resolved; non-empty).
-    pub classifications: &'a [String],
-    /// The compiled metadata filter over table `fragments`, if any.
-    pub filter: Option<Condition>,
-}
-
-fn fragments() -> Alias {
-    Alias::new("fragments")
-}
-
-/// SELECT of fragment columns FROM `fragments` with the scope's conditions.
-fn scoped_select(scope: &Scope<'_>) -> SelectStatement {
-    let f = fragments();
-    let mut select = Query::select();
-    select
-        .from(f.clone())
-        .columns(
-            [
-                "id",
-                "document_id",
-                "version",
-                "order_id",
-                "classification",
-                "metadata",
-                "content",
-            ]
-            .map(|c| (f.clone(), Alias::new(c))),
-        )
-        .and_where(Expr::col((f.clone(), Alias::new("pipeline_id"))).eq(scope.pipeline_id))
-        .and_where(Expr::col((f.clone(), Alias::new("expired_at"))).is_null())
-        .and_where(
-            Expr::col((f, Alias::new("classification")))
-                .is_in(scope.classifications.iter().cloned()),
-        );
-    if let Some(filter) = &scope.filter {
-        select.cond_where(Cond::all().add(filter.clone()));
-    }
-    select
-}
-
-/// Where a nearest-neighbour statement refers to the query vector while sea-query builds it;
-/// replaced by the vector's own placeholder, numbered after sea-query's values (see
-/// [`nearest_plan`]). Not SQL, so a statement still holding it fails instead of running.
-const QUERY_VECTOR: &str = "__trove_query_vector__";
+pub use trove_query::search::Scope;
+use trove_query::search::{Distance, Nearest};
 
 /// The vector side of a search: which association's vectors, the query's vector, how
 /// distance is measured, and what the search knows of the stored vectors.
@@ -182,11 +135,9 @@ pub async fn estimate_scope_rows_cached(
     Ok(rows)
 }
 
-/// The statement whose plan estimates a scope: the scope's conditions, selecting nothing.
+/// The statement whose plan estimates a scope, with its values.
 fn scope_count_statement(scope: &Scope<'_>) -> (String, sea_query_sqlx::SqlxValues) {
-    let mut select = scoped_select(scope);
-    select.clear_selects().expr(Expr::val(1));
-    select.build_sqlx(PostgresQueryBuilder)
+    trove_query::search::scope_rows(scope).build_sqlx(PostgresQueryBuilder)
 }
 
 async fn explain_rows(
@@ -279,59 +230,33 @@ pub fn nearest_plan(
     limit: u64,
     with_embeddings: bool,
 ) -> ApiResult<NearestPlan> {
-    let Some(operator) = query.strategy.operator() else {
+    let Some(distance) = query.strategy.distance() else {
         return Err(ApiError::Database(
             "the max-inner-product distance strategy is not supported".to_owned(),
         ));
     };
-    let order_operator = if query.unit_vectors { "<=>" } else { operator };
     let fetch = Ord::max(limit, MIN_FETCH);
-    let table = Alias::new(crate::store::vectors::table_name(query.vector_embedding_id));
-    let v = Alias::new("v");
-    // The operators are fixed strings; the vector is one bound parameter, however many
-    // expressions use it.
-    let distance = Expr::cust(format!("\"v\".\"embedding\" {operator} {QUERY_VECTOR}"));
     let exact = query.path == NearestPath::Exact;
-    let order = if exact {
-        // Not an operator the index orders by, so the planner cannot walk the index.
-        Expr::cust(format!(
-            "(\"v\".\"embedding\" {operator} {QUERY_VECTOR}) + 0"
-        ))
-    } else if order_operator == operator {
-        distance.clone()
-    } else {
-        Expr::cust(format!(
-            "\"v\".\"embedding\" {order_operator} {QUERY_VECTOR}"
-        ))
-    };
-    let mut select = scoped_select(scope);
-    select
-        .expr_as(distance.clone(), Alias::new("score"))
-        .join_as(
-            sea_query::JoinType::InnerJoin,
-            table,
-            v.clone(),
-            Expr::col((v.clone(), Alias::new("fragment_id")))
-                .equals((fragments(), Alias::new("id"))),
-        )
-        .order_by_expr(order, Order::Asc)
-        .limit(fetch);
-    if with_embeddings {
-        select.expr_as(
-            Expr::col((Alias::new("v"), Alias::new("embedding"))),
-            Alias::new("embedding"),
-        );
-    }
-    if let Some(threshold) = threshold {
-        select.and_where(distance.lte(threshold));
-    }
-    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
-    // sea-query numbered its own values $1..$n; the vector is $n+1.
-    let sql = sql.replace(QUERY_VECTOR, &format!("${}", values.0.0.len() + 1));
-    let mut arguments = values.into_arguments();
-    arguments
-        .add(pgvector::Vector::from(query.vector.to_vec()))
-        .map_err(|e| ApiError::Internal(format!("query vector: {e}")))?;
+    let table = crate::store::vectors::table_name(query.vector_embedding_id);
+    let statement = trove_query::search::nearest(
+        scope,
+        &Nearest {
+            vector_table: &table,
+            vector: query.vector,
+            distance,
+            order: if query.unit_vectors {
+                Distance::Cosine
+            } else {
+                distance
+            },
+            exact,
+            threshold,
+            fetch,
+            with_embeddings,
+        },
+    );
+    let (sql, values) = statement.build_sqlx(PostgresQueryBuilder);
+    let arguments = values.into_arguments();
     let ef = ef_search_for(query.estimated_rows, fetch, scope.filter.is_some());
     Ok(NearestPlan {
         sql,
@@ -472,27 +397,8 @@ pub async fn full_text(
     let query = query.replace('\0', " ");
     let query = query.as_str();
     let config = trove_text::text_search_config(query);
-    let tsquery = Expr::cust_with_values(
-        "plainto_tsquery($1::regconfig, $2)",
-        [config.to_owned(), query.to_owned()],
-    );
-    let rank = Expr::cust_with_exprs(
-        "ts_rank(\"fragments\".\"tsv\", $1, 1)::double precision",
-        [tsquery.clone()],
-    );
-    let mut select = scoped_select(scope);
-    select
-        .expr_as(rank.clone(), Alias::new("score"))
-        .and_where(Expr::cust_with_exprs(
-            "\"fragments\".\"tsv\" @@ $1",
-            [tsquery],
-        ))
-        .order_by_expr(rank.clone(), Order::Desc)
-        .limit(k);
-    if let Some(threshold) = threshold {
-        select.and_where(rank.gte(threshold));
-    }
-    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
+    let (sql, values) = trove_query::search::full_text(scope, config, query, k, threshold)
+        .build_sqlx(PostgresQueryBuilder);
     let mut hits: Vec<Hit> = sqlx::query_as_with(AssertSqlSafe(sql), values)
         .fetch_all(conn)
         .await?;
@@ -554,19 +460,17 @@ mod tests {
     }
 
     #[test]
-    fn the_query_vector_is_one_typed_parameter_after_the_others() {
+    fn the_query_vector_is_one_typed_parameter_first() {
+        use sqlx::Arguments;
         for (strategy, unit_vectors) in [
             (DistanceStrategy::Cosine, true),
             (DistanceStrategy::EuclideanDistance, false),
         ] {
             let (sql, arguments) = statement_of(strategy, unit_vectors).expect("statement");
-            assert!(!sql.contains(QUERY_VECTOR), "{sql}");
             assert!(!sql.contains("::vector"), "no text cast: {sql}");
-            // Pipeline, classification, limit, threshold, then the vector: $5 everywhere.
-            let placeholder = format!("${}", arguments.len());
+            // The vector, pipeline, classification, threshold and limit: $1 everywhere.
             assert_eq!(arguments.len(), 5, "{sql}");
-            let uses = sql.matches(&format!("{placeholder} ")).count()
-                + sql.matches(&format!("{placeholder})")).count();
+            let uses = sql.matches("$1)").count() + sql.matches("$1 ").count();
             assert_eq!(uses, 3, "score, threshold and order: {sql}");
         }
     }

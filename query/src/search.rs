@@ -1,0 +1,196 @@
+//! The search statements: the SELECT of every search kind over `fragments`, built with
+//! sea-query from a scope (pipeline, classifications, metadata filter, current versions only).
+//! Every value is bound; the one identifier that varies, an association's vector table, is
+//! passed in by the store, which renders it from a UUID.
+//!
+//! A nearest-neighbour statement binds the query vector once, as its first value (`$1`): the
+//! score in the SELECT list is the first expression holding a value, and the ordering and the
+//! threshold refer to `$1` again. The HNSW index serves `ORDER BY embedding <=> $1` only when
+//! the ordering is that operator applied to a parameter, so the exact path orders by the same
+//! distance plus zero, which the index cannot serve.
+
+use sea_query::{
+    Alias, BinOper, Cond, Condition, Expr, ExprTrait, JoinType, Order, Query, SelectStatement,
+};
+use uuid::Uuid;
+
+/// What every search kind shares: the pipeline, the classifications the reader may see
+/// (resolved, non-empty) and the compiled metadata filter over `fragments`.
+pub struct Scope<'a> {
+    pub pipeline_id: Uuid,
+    pub classifications: &'a [String],
+    pub filter: Option<Condition>,
+}
+
+fn fragments() -> Alias {
+    Alias::new("fragments")
+}
+
+/// The fragment columns a search returns (with `score`).
+pub const HIT_COLUMNS: [&str; 7] = [
+    "id",
+    "document_id",
+    "version",
+    "order_id",
+    "classification",
+    "metadata",
+    "content",
+];
+
+/// SELECT of the fragment columns FROM `fragments` with the scope's conditions: the pipeline,
+/// current versions only, the classifications and the filter.
+pub fn scoped_select(scope: &Scope<'_>) -> SelectStatement {
+    let f = fragments();
+    let mut select = Query::select();
+    select
+        .from(f.clone())
+        .columns(HIT_COLUMNS.map(|c| (f.clone(), Alias::new(c))))
+        .and_where(Expr::col((f.clone(), Alias::new("pipeline_id"))).eq(scope.pipeline_id))
+        .and_where(Expr::col((f.clone(), Alias::new("expired_at"))).is_null())
+        .and_where(
+            Expr::col((f, Alias::new("classification")))
+                .is_in(scope.classifications.iter().cloned()),
+        );
+    if let Some(filter) = &scope.filter {
+        select.cond_where(Cond::all().add(filter.clone()));
+    }
+    select
+}
+
+/// The statement whose plan estimates how many fragments a scope admits: its conditions,
+/// selecting a constant.
+pub fn scope_rows(scope: &Scope<'_>) -> SelectStatement {
+    let mut select = scoped_select(scope);
+    select.clear_selects().expr(Expr::val(1));
+    select
+}
+
+/// pgvector's distance operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distance {
+    /// `<=>`: 1 − cosine similarity; the operator the HNSW index serves.
+    Cosine,
+    /// `<->`: euclidean distance.
+    Euclidean,
+    /// `<#>`: negative inner product.
+    NegativeInnerProduct,
+}
+
+impl Distance {
+    fn operator(self) -> &'static str {
+        match self {
+            Self::Cosine => "<=>",
+            Self::Euclidean => "<->",
+            Self::NegativeInnerProduct => "<#>",
+        }
+    }
+
+    /// The distance of `v.embedding` to the vector bound as `$1`.
+    fn to_first_value(self) -> &'static str {
+        match self {
+            Self::Cosine => r#"("v"."embedding" <=> $1)"#,
+            Self::Euclidean => r#"("v"."embedding" <-> $1)"#,
+            Self::NegativeInnerProduct => r#"("v"."embedding" <#> $1)"#,
+        }
+    }
+
+    /// The same distance plus zero: an ordering the HNSW index cannot serve.
+    fn to_first_value_unindexed(self) -> &'static str {
+        match self {
+            Self::Cosine => r#"("v"."embedding" <=> $1) + 0"#,
+            Self::Euclidean => r#"("v"."embedding" <-> $1) + 0"#,
+            Self::NegativeInnerProduct => r#"("v"."embedding" <#> $1) + 0"#,
+        }
+    }
+}
+
+/// A nearest-neighbour selection.
+pub struct Nearest<'a> {
+    /// The association's vector table (`fragment_id`, `embedding`), joined as `v`.
+    pub vector_table: &'a str,
+    /// The query vector.
+    pub vector: &'a [f32],
+    /// The distance reported as `score` and bounded by `threshold`.
+    pub distance: Distance,
+    /// The distance the rows are ordered by (cosine for unit vectors, whose cosine order is
+    /// every distance's order, so the HNSW index serves it).
+    pub order: Distance,
+    /// Order by an expression the index cannot serve (an exact scan of the scope).
+    pub exact: bool,
+    /// Largest `score` returned.
+    pub threshold: Option<f64>,
+    /// LIMIT.
+    pub fetch: u64,
+    /// Also select `embedding` (MMR).
+    pub with_embeddings: bool,
+}
+
+/// The statement of a nearest-neighbour selection within a scope.
+pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
+    let v = Alias::new("v");
+    let embedding = Expr::col((v.clone(), Alias::new("embedding")));
+    let vector = pgvector::Vector::from(query.vector.to_vec());
+    let mut select = scoped_select(scope);
+    // The first expression holding a value: the vector becomes `$1`.
+    select.expr_as(
+        embedding.clone().binary(
+            BinOper::Custom(query.distance.operator()),
+            Expr::val(vector),
+        ),
+        Alias::new("score"),
+    );
+    if query.with_embeddings {
+        select.expr_as(embedding, Alias::new("embedding"));
+    }
+    let order = if query.exact {
+        query.distance.to_first_value_unindexed()
+    } else {
+        query.order.to_first_value()
+    };
+    select
+        .join_as(
+            JoinType::InnerJoin,
+            Alias::new(query.vector_table),
+            v.clone(),
+            Expr::col((v, Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
+        )
+        .order_by_expr(Expr::cust(order), Order::Asc)
+        .limit(query.fetch);
+    if let Some(threshold) = query.threshold {
+        select.and_where(Expr::cust(query.distance.to_first_value()).lte(threshold));
+    }
+    select
+}
+
+/// The statement of a full-text search within a scope: every remaining word of `query`
+/// (parsed with the text search configuration `config`) must appear; the score is the rank
+/// divided by 1 + the logarithm of the fragment's length; highest first.
+pub fn full_text(
+    scope: &Scope<'_>,
+    config: &str,
+    query: &str,
+    k: u64,
+    threshold: Option<f64>,
+) -> SelectStatement {
+    let tsquery = Expr::cust_with_values(
+        "plainto_tsquery($1::regconfig, $2)",
+        [config.to_owned(), query.to_owned()],
+    );
+    let rank = Expr::cust_with_exprs(
+        r#"ts_rank("fragments"."tsv", $1, 1)::double precision"#,
+        [tsquery.clone()],
+    );
+    let mut select = scoped_select(scope);
+    select
+        .expr_as(rank.clone(), Alias::new("score"))
+        .and_where(Expr::cust_with_exprs(
+            r#""fragments"."tsv" @@ $1"#,
+            [tsquery],
+        ))
+        .order_by_expr(rank.clone(), Order::Desc)
+        .limit(k);
+    if let Some(threshold) = threshold {
+        select.and_where(rank.gte(threshold));
+    }
+    select
+}

@@ -1,0 +1,251 @@
+//! Snapshots of the search statements (PostgreSQL text and bound values), stored in the
+//! workspace's top-level `snapshots/` folder as `search_*.snap`: similarity through the HNSW
+//! index, the exact path, MMR candidates and full text, with and without a metadata filter, a
+//! taxonomy expansion, and the classifications each classification form resolves to.
+
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod filter_common;
+
+use sea_query::{Condition, PostgresQueryBuilder, SelectStatement};
+use trove_query::classification::{ClassificationRequest, SearchType, resolve};
+use trove_query::filter::{self, TeqExpansions};
+use trove_query::search::{Distance, Nearest, Scope, full_text, nearest, scope_rows};
+use uuid::Uuid;
+
+const PIPELINE: Uuid = Uuid::from_u128(0x0190_a0f1_7f5e_7c3a_9d5b_3a1f_2e4d_5c6b);
+const TABLE: &str = "vectors_0190a0f17f5e7c3a9d5b3a1f2e4d5c6c";
+const TAXONOMY: &str = "0190a0f1-7f5e-7c3a-9d5b-3a1f2e4d5c6d";
+
+fn render(statement: &SelectStatement) -> String {
+    let (sql, values) = statement.build(PostgresQueryBuilder);
+    format!("{sql}\n\n{:#?}", values.0)
+}
+
+fn snapshot(name: &str, description: &str, statement: &SelectStatement) {
+    insta::with_settings!({
+        snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../snapshots"),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+        description => description,
+    }, {
+        insta::assert_snapshot!(name, render(statement));
+    });
+}
+
+fn condition(json: &str, teq: &TeqExpansions) -> Condition {
+    let typed = filter_common::typed(json).unwrap_or_else(|e| panic!("{json}: {e}"));
+    filter::validate_teq(&typed, teq).unwrap();
+    filter::compile(&typed, "fragments", teq)
+}
+
+fn scope<'a>(classifications: &'a [String], filter: Option<Condition>) -> Scope<'a> {
+    Scope {
+        pipeline_id: PIPELINE,
+        classifications,
+        filter,
+    }
+}
+
+fn similarity(distance: Distance, order: Distance, exact: bool) -> Nearest<'static> {
+    Nearest {
+        vector_table: TABLE,
+        vector: &[0.6, 0.8],
+        distance,
+        order,
+        exact,
+        threshold: None,
+        fetch: 20,
+        with_embeddings: false,
+    }
+}
+
+fn public() -> Vec<String> {
+    vec!["public".to_owned()]
+}
+
+#[test]
+fn similarity_statements() {
+    let classifications = public();
+    let plain = scope(&classifications, None);
+    snapshot(
+        "search_similarity_index",
+        "cosine, HNSW walk, k 5 (fetch 20)",
+        &nearest(
+            &plain,
+            &similarity(Distance::Cosine, Distance::Cosine, false),
+        ),
+    );
+    snapshot(
+        "search_similarity_unit_vectors_euclidean",
+        "euclidean score on unit vectors: ordered by the indexed cosine distance",
+        &nearest(
+            &plain,
+            &similarity(Distance::Euclidean, Distance::Cosine, false),
+        ),
+    );
+    let mut bounded = similarity(
+        Distance::NegativeInnerProduct,
+        Distance::NegativeInnerProduct,
+        false,
+    );
+    bounded.threshold = Some(-0.5);
+    snapshot(
+        "search_similarity_threshold",
+        "negative inner product on other vectors, threshold -0.5",
+        &nearest(&plain, &bounded),
+    );
+    snapshot(
+        "search_similarity_exact",
+        "cosine, exact path (an ordering the index cannot serve)",
+        &nearest(
+            &plain,
+            &similarity(Distance::Cosine, Distance::Cosine, true),
+        ),
+    );
+    let filtered = scope(
+        &classifications,
+        Some(condition(
+            r#"{"year": {"$ge": 2020}}"#,
+            &TeqExpansions::new(),
+        )),
+    );
+    snapshot(
+        "search_similarity_filter",
+        r#"cosine, HNSW walk, filter {"year": {"$ge": 2020}}"#,
+        &nearest(
+            &filtered,
+            &similarity(Distance::Cosine, Distance::Cosine, false),
+        ),
+    );
+    snapshot(
+        "search_similarity_filter_exact",
+        r#"cosine, exact path, filter {"year": {"$ge": 2020}}"#,
+        &nearest(
+            &filtered,
+            &similarity(Distance::Cosine, Distance::Cosine, true),
+        ),
+    );
+}
+
+#[test]
+fn mmr_candidates_carry_their_embeddings() {
+    let classifications = public();
+    let mut candidates = similarity(Distance::Cosine, Distance::Cosine, false);
+    candidates.fetch = 50;
+    candidates.with_embeddings = true;
+    candidates.threshold = Some(0.8);
+    snapshot(
+        "search_mmr_candidates",
+        "MMR candidates: fetch_k 50, with embeddings, threshold 0.8",
+        &nearest(&scope(&classifications, None), &candidates),
+    );
+}
+
+#[test]
+fn full_text_statements() {
+    let classifications = public();
+    snapshot(
+        "search_full_text",
+        "english configuration, k 5",
+        &full_text(
+            &scope(&classifications, None),
+            "english",
+            "purring cats",
+            5,
+            None,
+        ),
+    );
+    let teq = TeqExpansions::from_rows(
+        [
+            ("category", "science", TAXONOMY, "category", "science"),
+            ("category", "science", TAXONOMY, "topic", "optics"),
+        ]
+        .map(|(a, b, c, d, e)| (a.into(), b.into(), c.into(), d.into(), e.into())),
+    );
+    let filter = condition(
+        &format!(r#"{{"category": {{"$teq": ["science", "{TAXONOMY}"]}}}}"#),
+        &teq,
+    );
+    snapshot(
+        "search_full_text_taxonomy_threshold",
+        "simple configuration, k 10, threshold 0.1, a $teq filter expanded across fields",
+        &full_text(
+            &scope(&classifications, Some(filter)),
+            "simple",
+            "optics",
+            10,
+            Some(0.1),
+        ),
+    );
+}
+
+#[test]
+fn classification_forms_reach_the_statement_as_names() {
+    let declared = ["public", "internal", "restricted"].map(str::to_owned);
+    let hierarchy = [("internal", "public"), ("restricted", "internal")]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    for (name, request) in [
+        (
+            "search_classification_string",
+            ClassificationRequest::hierarchical(vec!["internal".to_owned()]),
+        ),
+        (
+            "search_classification_array",
+            ClassificationRequest::hierarchical(vec!["public".to_owned(), "nope".to_owned()]),
+        ),
+        (
+            "search_classification_exact",
+            ClassificationRequest {
+                classifications: vec!["restricted".to_owned()],
+                search_type: SearchType::ExactValidate,
+            },
+        ),
+    ] {
+        let names = resolve(&request, &declared, &hierarchy).expect("resolves");
+        snapshot(
+            name,
+            &format!("{request:?}"),
+            &nearest(
+                &scope(&names, None),
+                &similarity(Distance::Cosine, Distance::Cosine, false),
+            ),
+        );
+    }
+}
+
+#[test]
+fn the_scope_estimate_selects_nothing_but_keeps_every_condition() {
+    let classifications = public();
+    let filter = condition(r#"{"title": {"$eq": "Dune"}}"#, &TeqExpansions::new());
+    snapshot(
+        "search_scope_rows",
+        r#"the scope of a search with filter {"title": {"$eq": "Dune"}}"#,
+        &scope_rows(&scope(&classifications, Some(filter))),
+    );
+}
+
+#[test]
+fn the_vector_is_the_first_value_and_bound_once() {
+    let classifications = public();
+    let filter = condition(r#"{"year": {"$ge": 2020}}"#, &TeqExpansions::new());
+    let mut query = similarity(Distance::Euclidean, Distance::Cosine, false);
+    query.threshold = Some(1.0);
+    let (sql, values) =
+        nearest(&scope(&classifications, Some(filter)), &query).build(PostgresQueryBuilder);
+    assert!(
+        matches!(values.0.first(), Some(sea_query::Value::Vector(Some(_)))),
+        "{values:?}"
+    );
+    let vectors = values
+        .0
+        .iter()
+        .filter(|v| matches!(v, sea_query::Value::Vector(_)))
+        .count();
+    assert_eq!(vectors, 1, "{sql}");
+    assert_eq!(
+        sql.matches("$1").count(),
+        3,
+        "score, order, threshold: {sql}"
+    );
+}
