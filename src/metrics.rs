@@ -21,6 +21,9 @@ pub struct ApiMetrics {
     pub requests_duration: HistogramVec,
     pub requests_pending: GaugeVec,
     pub document_queue_added: Counter,
+    /// Key checks that could not read the database (answered 401 as the interface says):
+    /// `trove_key_check_unavailable_total`, Trove's own name beside the interface's metrics.
+    pub key_check_unavailable: Counter,
 }
 
 impl ApiMetrics {
@@ -54,17 +57,23 @@ impl ApiMetrics {
             "service_document_queue_added",
             "document create requests past key check and body parsing",
         );
+        let key_check_unavailable = Counter::new(
+            "trove_key_check_unavailable_total",
+            "key checks answered 401 because the database could not be read",
+        );
         // Constructors only fail on invalid names, and these names are valid literals.
         let (
             Ok(requests_total),
             Ok(requests_duration),
             Ok(requests_pending),
             Ok(document_queue_added),
+            Ok(key_check_unavailable),
         ) = (
             requests_total,
             requests_duration,
             requests_pending,
             document_queue_added,
+            key_check_unavailable,
         )
         else {
             unreachable!("metric names are valid literals")
@@ -74,6 +83,7 @@ impl ApiMetrics {
             Box::new(requests_duration.clone()),
             Box::new(requests_pending.clone()),
             Box::new(document_queue_added.clone()),
+            Box::new(key_check_unavailable.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::error!(%error, "metric registration failed");
@@ -85,6 +95,7 @@ impl ApiMetrics {
             requests_duration,
             requests_pending,
             document_queue_added,
+            key_check_unavailable,
         }
     }
 

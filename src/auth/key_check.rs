@@ -1,6 +1,8 @@
 //! The key check: headers `x-api-key` and `x-api-key-secret`, verified against the database on
 //! every request.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use chrono::Utc;
 use poem::http::HeaderMap;
 use uuid::Uuid;
@@ -23,9 +25,30 @@ fn visible_header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     value.to_str().ok()
 }
 
+/// The last second (since the epoch) in which an unreadable database was logged.
+static LAST_OUTAGE_LOG: AtomicU64 = AtomicU64::new(0);
+
+/// A key check that could not read the database: counted each time, logged at most once a
+/// second (an outage under load would otherwise write a line per request).
+fn record_outage(error: &store::DatabaseError, unavailable: &prometheus::Counter) {
+    unavailable.inc();
+    let now = u64::try_from(Utc::now().timestamp()).unwrap_or(0);
+    if LAST_OUTAGE_LOG.swap(now, Ordering::Relaxed) != now {
+        tracing::error!(
+            %error,
+            "key check could not read the database: answering 401 Invalid API Key or Secret"
+        );
+    }
+}
+
 /// Authenticates a request. Failures are the interface's 401s; a database that cannot be
-/// reached also answers `Invalid API Key or Secret`.
-pub async fn authenticate(pool: &Pool, headers: &HeaderMap) -> Result<AuthContext, ApiError> {
+/// reached also answers `Invalid API Key or Secret`, and is counted in `unavailable` and
+/// logged so that operators can tell an outage from bad credentials.
+pub async fn authenticate(
+    pool: &Pool,
+    headers: &HeaderMap,
+    unavailable: &prometheus::Counter,
+) -> Result<AuthContext, ApiError> {
     let key = visible_header(headers, "x-api-key").ok_or(ApiError::NoApiKey)?;
     let secret = visible_header(headers, "x-api-key-secret").ok_or(ApiError::NoApiSecret)?;
     let key_id = Uuid::parse_str(key).map_err(|_| ApiError::InvalidKeyId)?;
@@ -36,7 +59,7 @@ pub async fn authenticate(pool: &Pool, headers: &HeaderMap) -> Result<AuthContex
         Ok(Some(found)) => found,
         Ok(None) => return Err(ApiError::InvalidKeyOrSecret),
         Err(error) => {
-            tracing::warn!(%error, "key check could not read the database");
+            record_outage(&error, unavailable);
             return Err(ApiError::InvalidKeyOrSecret);
         }
     };

@@ -78,7 +78,14 @@ impl<'a> ApiExtractor<'a> for Auth {
         _opts: ExtractParamOptions<()>,
     ) -> poem::Result<Self> {
         let state = state(request)?;
-        Ok(Auth(authenticate(&state.pool, request.headers()).await?))
+        Ok(Auth(
+            authenticate(
+                &state.pool,
+                request.headers(),
+                &state.metrics.key_check_unavailable,
+            )
+            .await?,
+        ))
     }
 }
 

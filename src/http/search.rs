@@ -77,7 +77,11 @@ impl<'a> ApiExtractor<'a> for SearchAuth {
             }
         };
         let (auth, context) = tokio::join!(
-            crate::auth::key_check::authenticate(&state.pool, headers),
+            crate::auth::key_check::authenticate(
+                &state.pool,
+                headers,
+                &state.metrics.key_check_unavailable
+            ),
             prefetch
         );
         Ok(SearchAuth {

@@ -245,7 +245,13 @@ impl Endpoint for McpEndpoint {
         }
 
         // 2. The key, as REST checks it.
-        let auth = match authenticate(&self.state.pool, req.headers()).await {
+        let auth = match authenticate(
+            &self.state.pool,
+            req.headers(),
+            &self.state.metrics.key_check_unavailable,
+        )
+        .await
+        {
             Ok(auth) => auth,
             Err(error) => return Ok(error.to_response()),
         };

@@ -265,3 +265,35 @@ async fn document_queue_counts_jobs_not_yet_done() {
     assert_eq!(outcome.stored, 2, "{outcome:?}");
     assert_eq!(queue().await, json!(0), "done jobs are no longer queued");
 }
+
+/// A key check that cannot read the database answers the interface's 401, and is counted in
+/// `trove_key_check_unavailable_total` so that an outage is told apart from bad credentials.
+#[tokio::test]
+async fn key_checks_without_a_database_are_counted() {
+    let app = spawn_app().await;
+    let (key, secret) = app.master_key();
+    // Bad credentials are not outages.
+    let reply = app
+        .send(Method::GET, "/api-keys", Some((&key, "wrong")), None)
+        .await;
+    assert_error(
+        &reply,
+        StatusCode::UNAUTHORIZED,
+        "Invalid API Key or Secret",
+    );
+    let unavailable = "trove_key_check_unavailable_total";
+    assert_eq!(app.api_metric(unavailable).await, 0.0);
+
+    app.state.pool.close().await;
+    for _ in 0..3 {
+        let reply = app
+            .send(Method::GET, "/api-keys", Some((&key, &secret)), None)
+            .await;
+        assert_error(
+            &reply,
+            StatusCode::UNAUTHORIZED,
+            "Invalid API Key or Secret",
+        );
+    }
+    assert_eq!(app.api_metric(unavailable).await, 3.0);
+}
