@@ -2286,3 +2286,44 @@ async fn trace_of_a_plain_execution_has_the_whole_answer() {
     );
     assert_eq!(trace_count(&app).await, 1);
 }
+
+#[tokio::test]
+async fn an_execution_whose_model_server_stalls_times_out() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        env: [("TROVE_LLM_READ_TIMEOUT".to_owned(), "0.3".to_owned())].into(),
+        ..AppOptions::default()
+    })
+    .await;
+    let fake = FakeLlm::start().await;
+    let pid = pipeline_with_documents(&app).await;
+    let llm = openai_llm(&app, &fake, json!({})).await;
+    let agent = create_agent_id(&app, &agent_body("helper")).await;
+    let body = |stream: Value| json!({"variables": {"question": "purring cats"}, "classification": "public", "stream": stream, "tracing": true});
+
+    // No head within the read timeout: 500 before anything is streamed, no trace.
+    for stream in [json!(true), json!(false)] {
+        fake.script(FakeReply::Hang);
+        let started = Instant::now();
+        let reply = execute_reply(&app, &agent, &pid, &llm, &body(stream)).await;
+        assert_error(
+            &reply,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Stream error: timed out waiting for the model server to answer after 300ms",
+        );
+        assert!(reply.header("x-service-tracing-id").is_none());
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+    assert_eq!(trace_count(&app).await, 0);
+
+    // A stall after the first chunk ends the NDJSON body without `done`; the trace keeps
+    // the partial answer.
+    fake.script(Answer::new(["Cats ", "purr."]).hold_after_first());
+    let response = execute(&app, &agent, &pid, &llm, &body(json!(true))).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let trace = tracing_id(&response);
+    let text = within(response.text()).await.expect("body");
+    assert_eq!(ndjson(&text), vec![delta("Cats ")]);
+    await_trace_answer(&app, &trace, "Cats ").await;
+    fake.release();
+}
