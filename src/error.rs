@@ -61,6 +61,10 @@ pub enum ApiError {
     /// 400 `Invalid placeholder of type <type>` (retrieval parameters out of range).
     #[error("invalid placeholder of type {0}")]
     InvalidPlaceholder(&'static str),
+    /// 400 `Invalid parameter` for one item of a batch: `details.index` and the item's own
+    /// error (`status`, `message`, and its `details` when it has some).
+    #[error("invalid batch item {index}: {error}")]
+    BatchItem { index: usize, error: Box<ApiError> },
     /// 400 `Vector embedding not found`, `details.embedding_id`.
     #[error("vector embedding not found")]
     VectorEmbeddingNotFound(Option<Uuid>),
@@ -187,6 +191,7 @@ impl ApiError {
             | Self::InvalidPromptType
             | Self::InvalidPrompt
             | Self::InvalidPlaceholder(_)
+            | Self::BatchItem { .. }
             | Self::VectorEmbeddingNotFound(_) => StatusCode::BAD_REQUEST,
             Self::NoApiKey | Self::NoApiSecret | Self::InvalidKeyId | Self::InvalidKeyOrSecret => {
                 StatusCode::UNAUTHORIZED
@@ -245,6 +250,16 @@ impl ApiError {
             Self::InvalidPromptType => ("Invalid prompt type".to_owned(), None),
             Self::InvalidPrompt => ("Invalid prompt".to_owned(), None),
             Self::InvalidPlaceholder(kind) => (format!("Invalid placeholder of type {kind}"), None),
+            Self::BatchItem { index, error } => {
+                let mut item = serde_json::Map::new();
+                item.insert("index".to_owned(), json!(index));
+                item.insert("status".to_owned(), json!(error.status().as_u16()));
+                item.insert("message".to_owned(), Value::String(error.message()));
+                if let Some((_, Some(details))) = error.message_and_details() {
+                    item.insert("details".to_owned(), details);
+                }
+                ("Invalid parameter".to_owned(), Some(Value::Object(item)))
+            }
             Self::VectorEmbeddingNotFound(id) => (
                 "Vector embedding not found".to_owned(),
                 Some(json!({ "embedding_id": id })),

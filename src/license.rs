@@ -75,6 +75,15 @@ impl License {
         counts: impl IntoIterator<Item = i64>,
         creating: Option<ObjectType>,
     ) -> Result<(), ApiError> {
+        self.evaluate_adding(counts, creating.map(|object_type| (object_type, 1)))
+    }
+
+    /// [`License::evaluate`] for an operation that adds `n` objects of one type at once.
+    pub fn evaluate_adding(
+        &self,
+        counts: impl IntoIterator<Item = i64>,
+        adding: Option<(ObjectType, u64)>,
+    ) -> Result<(), ApiError> {
         if self.is_expired() {
             return Err(ApiError::LicenseExpired);
         }
@@ -84,8 +93,10 @@ impl License {
             if count > *limit {
                 exceeded.push(*object_type);
             }
-            if Some(*object_type) == creating {
-                created_count = Some((count, *limit));
+            if let Some((created, n)) = adding
+                && created == *object_type
+            {
+                created_count = Some((count, n, *limit));
             }
         }
         if !exceeded.is_empty() {
@@ -93,8 +104,8 @@ impl License {
             exceeded.sort();
             return Err(ApiError::LicenseExceeded(exceeded));
         }
-        if let (Some(object_type), Some((count, limit))) = (creating, created_count)
-            && count + 1 > limit
+        if let (Some((object_type, _)), Some((count, n, limit))) = (adding, created_count)
+            && count.saturating_add(i64::try_from(n).unwrap_or(i64::MAX)) > limit
         {
             return Err(ApiError::LicenseLimit(object_type));
         }

@@ -13,6 +13,26 @@ pub async fn check_license(
     pool: &store::Pool,
     creating: Option<ObjectType>,
 ) -> Result<(), ApiError> {
+    check_license_adding(license, pool, creating.map(|object_type| (object_type, 1))).await
+}
+
+/// [`check_license`] for a create that adds `count` objects of one type at once (a batch of
+/// document submissions).
+pub async fn check_license_for(
+    license: &License,
+    pool: &store::Pool,
+    object_type: ObjectType,
+    count: usize,
+) -> Result<(), ApiError> {
+    let count = u64::try_from(count).unwrap_or(u64::MAX);
+    check_license_adding(license, pool, Some((object_type, count))).await
+}
+
+async fn check_license_adding(
+    license: &License,
+    pool: &store::Pool,
+    adding: Option<(ObjectType, u64)>,
+) -> Result<(), ApiError> {
     if license.is_expired() {
         return Err(ApiError::LicenseExpired);
     }
@@ -23,5 +43,5 @@ pub async fn check_license(
     for object_type in license.limits.keys() {
         counts.push(store::license::count_objects(pool, *object_type).await?);
     }
-    license.evaluate(counts, creating)
+    license.evaluate_adding(counts, adding)
 }

@@ -124,6 +124,104 @@ pub async fn submit(
     pipeline_id: Uuid,
     input: NewDocument,
 ) -> ApiResult<VersionRow> {
+    let schema = admitted(state, auth, pipeline_id, &input).await?;
+    let mut tx = state.pool.begin().await?;
+    store::lock_identity(&mut tx, pipeline_id, &input.external_identifier).await?;
+    let existing = store::identity(&mut tx, pipeline_id, &input.external_identifier).await?;
+    check_license_for_documents(state, usize::from(existing.is_none())).await?;
+    let (row, job) = store_version(state, &mut tx, pipeline_id, &schema, &input, existing).await?;
+    tx.commit().await?;
+    publish(state, &[job]).await?;
+    Ok(row)
+}
+
+/// The most versions one batch submission holds.
+pub const MAX_BATCH: usize = 1000;
+
+/// Submits versions in one transaction (`POST /pipelines/{pipeline_id}/documents/batch`, an
+/// extension of the interface): every item is checked as a single submission would be before
+/// anything is stored; an item's failure is 400 `Invalid parameter` with its index and its own
+/// error, and nothing is stored. The versions come back in the order of the items.
+pub async fn submit_batch(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    inputs: Vec<NewDocument>,
+) -> ApiResult<Vec<VersionRow>> {
+    if !(1..=MAX_BATCH).contains(&inputs.len()) {
+        return Err(ApiError::InvalidParameter(format!(
+            "documents must hold 1 to {MAX_BATCH} items"
+        )));
+    }
+    let mut schemas = Vec::with_capacity(inputs.len());
+    for (index, input) in inputs.iter().enumerate() {
+        let schema = admitted(state, auth, pipeline_id, input)
+            .await
+            .map_err(|error| item_error(index, error))?;
+        schemas.push(schema);
+    }
+    let mut tx = state.pool.begin().await?;
+    // Identities are locked in one order, so two batches cannot wait for each other.
+    let mut identities: Vec<&str> = inputs
+        .iter()
+        .map(|input| input.external_identifier.as_str())
+        .collect();
+    identities.sort_unstable();
+    identities.dedup();
+    let mut new_documents = 0;
+    for identity in &identities {
+        store::lock_identity(&mut tx, pipeline_id, identity).await?;
+        if store::identity(&mut tx, pipeline_id, identity)
+            .await?
+            .is_none()
+        {
+            new_documents += 1;
+        }
+    }
+    check_license_for_documents(state, new_documents).await?;
+    let mut rows = Vec::with_capacity(inputs.len());
+    let mut jobs = Vec::with_capacity(inputs.len());
+    for (index, (input, schema)) in inputs.iter().zip(&schemas).enumerate() {
+        // Within the transaction, an earlier item of the same document is its last version.
+        let existing = store::identity(&mut tx, pipeline_id, &input.external_identifier).await?;
+        let (row, job) = store_version(state, &mut tx, pipeline_id, schema, input, existing)
+            .await
+            .map_err(|error| item_error(index, error))?;
+        rows.push(row);
+        jobs.push(job);
+    }
+    tx.commit().await?;
+    publish(state, &jobs).await?;
+    Ok(rows)
+}
+
+/// An item's own error in a batch.
+fn item_error(index: usize, error: ApiError) -> ApiError {
+    match error {
+        // The pipeline's absence, the key's permissions and the service's own failures are
+        // the request's, not the item's.
+        ApiError::NotFound {
+            message: "Pipeline not found",
+            ..
+        }
+        | ApiError::AccessDenied { .. } => error,
+        error if error.status().is_server_error() => error,
+        error => ApiError::BatchItem {
+            index,
+            error: Box::new(error),
+        },
+    }
+}
+
+/// The checks of a submission that take no lock: the pipeline (404), write on it (403), the
+/// classification (declared and within the key's allow-list, else 404) and the text
+/// splitter. Returns the pipeline's metadata schema.
+async fn admitted(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    input: &NewDocument,
+) -> ApiResult<Value> {
     let pool = &state.pool;
     let (metadata_schema, declared) =
         pipelines_store::submission_context(pool, pipeline_id, &input.classification)
@@ -145,18 +243,36 @@ pub async fn submit(
             id: Some(splitter),
         });
     }
+    Ok(metadata_schema)
+}
 
-    let mut tx = pool.begin().await?;
-    store::lock_identity(&mut tx, pipeline_id, &input.external_identifier).await?;
-    let existing = store::identity(&mut tx, pipeline_id, &input.external_identifier).await?;
-    let creates_document = existing.is_none();
-    crate::auth::license::check_license(
-        &state.config.license,
-        pool,
-        creates_document.then_some(ObjectType::Documents),
+/// The license check of a submission that creates `new_documents` documents (a new version
+/// of a known document creates none).
+async fn check_license_for_documents(state: &AppState, new_documents: usize) -> ApiResult<()> {
+    let license = &state.config.license;
+    if new_documents <= 1 {
+        let creating = (new_documents == 1).then_some(ObjectType::Documents);
+        return crate::auth::license::check_license(license, &state.pool, creating).await;
+    }
+    crate::auth::license::check_license_for(
+        license,
+        &state.pool,
+        ObjectType::Documents,
+        new_documents,
     )
-    .await?;
+    .await
+}
 
+/// Validates a version against the document it extends (if any) and stores it `pending`, in
+/// the caller's transaction, after its identity was locked. Returns the row and its job.
+async fn store_version(
+    state: &AppState,
+    tx: &mut crate::store::DbConnection,
+    pipeline_id: Uuid,
+    metadata_schema: &Value,
+    input: &NewDocument,
+    existing: Option<(Uuid, String, i64)>,
+) -> ApiResult<(VersionRow, Job)> {
     let length = input.external_identifier.chars().count();
     if !(1..=1024).contains(&length) {
         return Err(ApiError::InvalidParameter(
@@ -166,9 +282,9 @@ pub async fn submit(
     if !input.metadata.is_object() {
         return Err(ApiError::InvalidMetadata(serde_json::Map::new()));
     }
-    metadata_schema::validate_metadata(&metadata_schema, &input.metadata)?;
+    metadata_schema::validate_metadata(metadata_schema, &input.metadata)?;
     let unconvertible =
-        trove_query::filter::unconvertible_integer_fields(&metadata_schema, &input.metadata);
+        trove_query::filter::unconvertible_integer_fields(metadata_schema, &input.metadata);
     if let Some((_, classification, _)) = &existing
         && *classification != input.classification
     {
@@ -187,7 +303,7 @@ pub async fn submit(
         .map_or_else(Uuid::now_v7, |(id, _, _)| *id);
     let encrypted = state.cipher.encrypt(input.text.as_bytes());
     let row = store::insert(
-        &mut tx,
+        tx,
         &NewVersion {
             id,
             version,
@@ -203,21 +319,33 @@ pub async fn submit(
     )
     .await?;
     if !unconvertible.is_empty() {
-        store::record_unconvertible(&mut tx, pipeline_id, id, version, &unconvertible).await?;
+        store::record_unconvertible(tx, pipeline_id, id, version, &unconvertible).await?;
     }
-    tx.commit().await?;
-
     let job = Job {
         pipeline_id,
         document_id: id,
         version,
     };
-    if let Err(error) = state.queue.publish(&job).await {
-        tracing::error!(%error, document_id = %id, version, "job could not be queued");
-        store::mark_failed(pool, id, version).await?;
-        return Err(ApiError::Nats(error));
+    Ok((row, job))
+}
+
+/// Queues the jobs of committed versions, all at once; a version whose job could not be
+/// queued is marked `failed` and the request answers 500 `NATS error`.
+async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
+    let results =
+        futures_util::future::join_all(jobs.iter().map(|job| state.queue.publish(job))).await;
+    let mut failure = None;
+    for (job, result) in jobs.iter().zip(results) {
+        if let Err(error) = result {
+            tracing::error!(%error, document_id = %job.document_id, version = job.version, "job could not be queued");
+            store::mark_failed(&state.pool, job.document_id, job.version).await?;
+            failure.get_or_insert(error);
+        }
     }
-    Ok(row)
+    match failure {
+        Some(error) => Err(ApiError::Nats(error)),
+        None => Ok(()),
+    }
 }
 
 /// Requires read on the pipeline (404 otherwise).

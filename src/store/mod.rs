@@ -31,6 +31,10 @@ pub type Pool = PgPool;
 /// A connection taken from the pool (kept across statements of one request).
 pub type Connection = sqlx::pool::PoolConnection<sqlx::Postgres>;
 
+/// A connection as statements take it (a pooled connection or an open transaction derefs to
+/// it), for services that run several store functions in one transaction.
+pub type DbConnection = sqlx::PgConnection;
+
 /// A failure of a statement.
 pub type DatabaseError = sqlx::Error;
 

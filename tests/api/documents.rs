@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     AppOptions, Reply, TempFile, TestApp, assert_error, assert_plain, assert_utc_timestamp,
-    data_of, ends_with_line_column, is_uuid, keys_of, run, spawn_app_with,
+    data_of, ends_with_line_column, is_uuid, keys_of, run, spawn_app, spawn_app_with,
     spawn_app_without_worker, str_of,
 };
 
@@ -1298,4 +1298,143 @@ async fn full_text_pipelines_store_a_text_search_vector() {
             .iter()
             .all(|f| f["embedding"].as_array().map(Vec::len) == Some(384))
     );
+}
+
+// ---- Batch submission (extension) ------------------------------------------------------------
+
+#[tokio::test]
+async fn a_batch_is_stored_in_order_and_processed() {
+    let app = spawn_app().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let path = format!("/pipelines/{pid}/documents/batch");
+    let reply = app
+        .post(
+            &path,
+            &json!({"documents": [
+                {"external_identifier": "a", "classification": "public", "text": "Alpha text."},
+                {"external_identifier": "b", "classification": "internal", "text": "Bravo text.", "metadata": {"year": 2024}},
+                {"external_identifier": "a", "classification": "public", "text": "Alpha again."}
+            ]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let versions = reply.body.as_array().expect("array");
+    let identifiers: Vec<&str> = versions
+        .iter()
+        .map(|v| v["external_identifier"].as_str().expect("identifier"))
+        .collect();
+    assert_eq!(identifiers, ["a", "b", "a"]);
+    assert_eq!(
+        versions[0]["id"], versions[2]["id"],
+        "one document, two versions"
+    );
+    assert!(versions[2]["version"].as_i64() > versions[0]["version"].as_i64());
+    assert!(versions.iter().all(|v| v["status"] == "pending"));
+
+    // Each item is queued: the worker processes all of them.
+    let mut pending = 3;
+    for _ in 0..50 {
+        let list = app
+            .get(&format!(
+                "/pipelines/{pid}/documents?status=success&count=true"
+            ))
+            .await;
+        if list.body["page_info"]["count"] == json!(2) {
+            pending = 0;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(pending, 0, "both documents processed");
+}
+
+#[tokio::test]
+async fn an_invalid_item_stores_nothing() {
+    let app = spawn_app().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let path = format!("/pipelines/{pid}/documents/batch");
+    let good = json!({"external_identifier": "good", "classification": "public", "text": "Fine."});
+    for (bad, status, message) in [
+        (
+            json!({"external_identifier": "x", "classification": "nope", "text": "t"}),
+            404,
+            "Classification not found",
+        ),
+        (
+            json!({"external_identifier": "x", "classification": "public", "text": "t", "metadata": {"year": "MMXXIV"}}),
+            400,
+            "Invalid metadata",
+        ),
+        (
+            json!({"external_identifier": "", "classification": "public", "text": "t"}),
+            400,
+            "Invalid parameter",
+        ),
+    ] {
+        let reply = app
+            .post(&path, &json!({"documents": [good.clone(), bad]}))
+            .await;
+        assert_error(&reply, StatusCode::BAD_REQUEST, "Invalid parameter");
+        let details = &reply.body["error"]["details"];
+        assert_eq!(details["index"], 1, "{}", reply.text);
+        assert_eq!(details["status"], status, "{}", reply.text);
+        assert_eq!(details["message"], message, "{}", reply.text);
+    }
+    let list = app
+        .get(&format!("/pipelines/{pid}/documents?count=true"))
+        .await;
+    assert_eq!(list.body["page_info"]["count"], 0, "nothing stored");
+
+    for documents in [json!([]), json!(vec![good; 1001])] {
+        let reply = app.post(&path, &json!({"documents": documents})).await;
+        assert_error(&reply, StatusCode::BAD_REQUEST, "Invalid parameter");
+        assert_eq!(
+            reply.body["error"]["details"]["error"],
+            "documents must hold 1 to 1000 items"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_needs_write_and_counts_against_the_license() {
+    let license = TempFile::new(r#"{"expires_at": null, "limits": {"documents": 2}}"#);
+    let app = spawn_app_with(AppOptions {
+        env: [("TROVE_LICENSE".to_owned(), license.path())].into(),
+        ..AppOptions::default()
+    })
+    .await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let path = format!("/pipelines/{pid}/documents/batch");
+    let item =
+        |id: &str| json!({"external_identifier": id, "classification": "public", "text": "t"});
+    let reply = app
+        .post(
+            &path,
+            &json!({"documents": [item("a"), item("b"), item("c")]}),
+        )
+        .await;
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        "License limits exceeded for Document",
+    );
+    // Two new documents and a second version of one of them fit.
+    let reply = app
+        .post(
+            &path,
+            &json!({"documents": [item("a"), item("b"), item("a")]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+
+    let key = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
+    let reply = app
+        .send_as(
+            &key,
+            Method::POST,
+            &path,
+            Some(&json!({"documents": [item("d")]})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text);
 }
