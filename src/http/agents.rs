@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::connections::unless_client_leaves;
 use super::extract::{self, Auth, JsonBody, required_header, state};
-use super::respond::{Created, Json, ListEnvelope, NoContent};
+use super::respond::{Created, Json, ListEnvelope, NoContent, Nullable};
 use super::streaming::{Answer, StreamMode};
 use crate::agents::definition::{
     AgentDefinition, Message, Placeholder, PlaceholderType, RetrievalParams, Role,
@@ -74,6 +74,7 @@ fn yes() -> bool {
 /// Search parameters of a retrieval placeholder. When the object is present, omitted `k` and
 /// `fetch_k` are 0 and `lambda_mult` 0.5.
 #[derive(Debug, Clone, Object, Serialize, Deserialize)]
+#[oai(nullable_all)]
 pub struct PlaceholderParams {
     #[serde(default)]
     k: Option<u16>,
@@ -98,10 +99,11 @@ pub struct AgentPlaceholder {
     kind: PlaceholderTypeName,
     /// Retrieval placeholders: the name of a `query` placeholder.
     #[serde(default)]
+    #[oai(nullable)]
     target: Option<String>,
     /// Retrieval placeholders; null or omitted: k 5, fetch_k 10, lambda_mult 0.5.
     #[serde(default)]
-    params: Option<PlaceholderParams>,
+    params: Nullable<PlaceholderParams>,
 }
 
 impl From<PromptMessage> for Message {
@@ -128,7 +130,7 @@ impl From<AgentPlaceholder> for Placeholder {
             PlaceholderTypeName::Hybrid => PlaceholderType::Hybrid,
             PlaceholderTypeName::History => PlaceholderType::History,
         };
-        let params = placeholder.params.map(|p| {
+        let params = placeholder.params.0.map(|p| {
             RetrievalParams::from_partial(
                 p.k.map(u32::from),
                 p.fetch_k.map(u32::from),
@@ -147,6 +149,7 @@ impl From<AgentPlaceholder> for Placeholder {
 pub struct AgentObject {
     id: Uuid,
     name: String,
+    #[oai(nullable)]
     description: Option<String>,
     /// Every message with its `include`.
     prompt: Vec<PromptMessage>,

@@ -87,10 +87,12 @@ pub struct PermissionEntryBody {
 pub struct CreatedApiKeyObject {
     id: Uuid,
     name: String,
+    #[oai(nullable)]
     description: Option<String>,
     /// 48 characters; returned only here.
     secret: String,
     active: bool,
+    #[oai(nullable)]
     expiration: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -110,6 +112,7 @@ pub struct PermissionEntryObject {
 pub struct KeyCheckResult {
     message: String,
     key: String,
+    #[oai(nullable)]
     description: Option<String>,
     permissions: Value,
 }

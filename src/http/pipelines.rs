@@ -76,9 +76,11 @@ pub struct CreateIndexBody {
 pub struct Pipeline {
     id: Uuid,
     name: String,
+    #[oai(nullable)]
     description: Option<String>,
     default_text_splitter_id: Uuid,
     /// The pipeline–model association, null for full-text-only pipelines.
+    #[oai(nullable)]
     default_vector_embedding_id: Option<Uuid>,
     /// Vector embedding id → embedding model.
     embedding_models: Value,

@@ -1,11 +1,15 @@
 //! Response payloads serialized with serde (so field formats such as timestamps are the
 //! service's own) while still documenting their schema in the OpenAPI document.
 
+use std::borrow::Cow;
+
 use poem::http::StatusCode;
 use poem::{IntoResponse, Response};
 use poem_openapi::ApiResponse;
-use poem_openapi::registry::{MetaMediaType, MetaResponse, MetaResponses, Registry};
-use poem_openapi::types::Type;
+use poem_openapi::registry::{
+    MetaMediaType, MetaResponse, MetaResponses, MetaSchema, MetaSchemaRef, Registry,
+};
+use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
 use serde::Serialize;
 
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
@@ -162,5 +166,77 @@ impl From<crate::service::Envelope> for ListEnvelope {
             page_info: serde_json::Value::Object(envelope.page_info),
             query_info: serde_json::Value::Object(envelope.query_info),
         }
+    }
+}
+
+/// An optional field that serde writes as `null` when empty, documented as nullable at the top
+/// of its schema. `#[oai(nullable)]` is enough for fields of inline schemas (strings, numbers);
+/// for a field whose schema is a reference it would mark only the reference's siblings, so such
+/// a field is `Nullable<T>`: `{"allOf": [<T>], "nullable": true}`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Nullable<T>(pub Option<T>);
+
+impl<T> Default for Nullable<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<T: Type> Type for Nullable<T> {
+    const IS_REQUIRED: bool = false;
+    type RawValueType = T::RawValueType;
+    type RawElementValueType = T::RawElementValueType;
+
+    fn name() -> Cow<'static, str> {
+        format!("nullable_{}", T::name()).into()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        match T::schema_ref() {
+            MetaSchemaRef::Inline(schema) => MetaSchemaRef::Inline(Box::new(MetaSchema {
+                nullable: true,
+                ..*schema
+            })),
+            reference @ MetaSchemaRef::Reference(_) => {
+                MetaSchemaRef::Inline(Box::new(MetaSchema {
+                    all_of: vec![reference],
+                    nullable: true,
+                    ..MetaSchema::ANY
+                }))
+            }
+        }
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        self.0.as_raw_value()
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        self.0.raw_element_iter()
+    }
+
+    fn is_none(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl<T: ParseFromJSON> ParseFromJSON for Nullable<T> {
+    fn parse_from_json(value: Option<serde_json::Value>) -> ParseResult<Self> {
+        Option::<T>::parse_from_json(value)
+            .map(Self)
+            .map_err(ParseError::propagate)
+    }
+}
+
+impl<T: ToJSON> ToJSON for Nullable<T> {
+    fn to_json(&self) -> Option<serde_json::Value> {
+        self.0.to_json()
     }
 }

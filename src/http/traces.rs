@@ -27,6 +27,7 @@ pub struct TraceObject {
     /// `[{role, content}]` as sent to the model.
     messages: Value,
     /// Null until generation ended; partial after an early end.
+    #[oai(nullable)]
     answer: Option<String>,
 }
 

@@ -15,9 +15,11 @@ use crate::time::rfc3339;
 pub struct ApiKeyRow {
     pub id: Uuid,
     pub name: String,
+    #[oai(nullable)]
     pub description: Option<String>,
     pub active: bool,
     #[serde(with = "rfc3339::option")]
+    #[oai(nullable)]
     pub expiration: Option<DateTime<Utc>>,
     #[serde(with = "rfc3339")]
     pub created_at: DateTime<Utc>,

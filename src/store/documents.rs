@@ -26,6 +26,7 @@ pub struct VersionRow {
     #[serde(with = "rfc3339")]
     pub updated_at: DateTime<Utc>,
     #[serde(with = "rfc3339::option")]
+    #[oai(nullable)]
     pub expired_at: Option<DateTime<Utc>>,
 }
 

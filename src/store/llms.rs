@@ -17,11 +17,13 @@ use crate::time::rfc3339;
 pub struct LlmRow {
     pub id: Uuid,
     pub name: String,
+    #[oai(nullable)]
     pub description: Option<String>,
     /// `openai` or `ollama`.
     pub provider: String,
     /// Base URL of the model server, without a trailing `/`.
     pub endpoint: String,
+    #[oai(nullable)]
     pub model: Option<String>,
     /// Passed through with every call (`model`, `messages` and `stream` excepted).
     pub parameters: Value,

@@ -20,6 +20,7 @@ use crate::time::rfc3339;
 pub struct TaxonomyRow {
     pub id: Uuid,
     pub name: String,
+    #[oai(nullable)]
     pub description: Option<String>,
     #[serde(with = "rfc3339")]
     pub created_at: DateTime<Utc>,

@@ -16,6 +16,7 @@ use crate::time::rfc3339;
 pub struct ProviderRow {
     pub id: Uuid,
     pub name: String,
+    #[oai(nullable)]
     pub description: Option<String>,
     /// Parameter name → `{type, required, default, secret}`.
     pub parameters: Value,
@@ -31,6 +32,7 @@ pub struct ProviderRow {
 pub struct SplitterRow {
     pub id: Uuid,
     pub name: String,
+    #[oai(nullable)]
     pub description: Option<String>,
     /// Provider name.
     pub provider: String,
