@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::connections::unless_client_leaves;
 use super::extract::{self, Auth, JsonBody, required_header, state};
-use super::respond::{Created, Json, ListEnvelope, NoContent, Nullable};
+use super::respond::{Created, Json, List, NoContent, Nullable};
 use super::streaming::{Answer, StreamMode};
 use crate::agents::definition::{
     AgentDefinition, Message, Placeholder, PlaceholderType, RetrievalParams, Role,
@@ -325,7 +325,7 @@ impl AgentsApi {
     /// with `$gt|ge|lt|le`. Cursor or offset pagination, `count`, `order_by` (`id`, `name`,
     /// `created_at`, `updated_at`).
     #[oai(path = "/agents", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<AgentObject>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::AGENT_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, form_pairs, state};
-use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
+use super::respond::{Created, EmptyOk, Json, List, NoContent};
 use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
 use crate::service::api_keys::{self as service, ApiKeyRow, EntryChange, KeyChange, NewKey};
@@ -128,16 +128,12 @@ impl ApiKeysApi {
     /// `expiration`, `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor (`first`, `after`,
     /// `last`, `before`) or offset (`limit`, `offset`) pagination, `count`, `order_by`.
     #[oai(path = "/api-keys", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<ApiKeyRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::API_KEY_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
         let envelope = service::list(&state.pool, &auth.0, &request).await?;
-        Ok(Json(ListEnvelope {
-            data: envelope.data,
-            page_info: Value::Object(envelope.page_info),
-            query_info: Value::Object(envelope.query_info),
-        }))
+        Ok(Json(envelope.into()))
     }
 
     /// Create an API key

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, ListEnvelope, OkOrNoContent};
+use super::respond::{Created, Json, List, OkOrNoContent};
 use crate::error::{ApiError, ApiResult};
 use crate::service::documents::{self as service, NewDocument, VersionRow};
 use crate::state::AppState;
@@ -66,18 +66,32 @@ pub struct FragmentIdsBody {
     ids: Vec<Uuid>,
 }
 
-/// A fragment (schema only; objects are built by [`service::fragment_object`]).
+/// A fragment of a document version.
+// Schema only: fragments are built by `service::documents::fragment_object` and, in search
+// results, by `service::search::hit_object`.
 #[derive(Debug, Object)]
 pub struct Fragment {
     id: Uuid,
+    /// The document's classification.
     classification: String,
+    /// The document's metadata.
     metadata: Value,
     document_id: Uuid,
+    /// The decrypted text; absent when empty.
     page_content: Option<String>,
+    /// The document version: microseconds since the Unix epoch.
     version: i64,
+    /// Null for a current version; always null in search results.
+    #[oai(nullable)]
     expired_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only with `include_embedding=true` on a pipeline with an embedding model; never in search
+    /// results.
     embedding: Option<Vec<f32>>,
+    /// Search results: the distance (similarity, MMR; lower is closer) or the rank (full text;
+    /// higher is better). Null outside search results.
+    #[oai(nullable)]
     score: Option<f64>,
+    /// Position within the document version, from 0.
     order_id: i32,
 }
 
@@ -222,7 +236,7 @@ impl DocumentsApi {
         auth: Auth,
         pipeline_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ListEnvelope>> {
+    ) -> poem::Result<Json<List<VersionRow>>> {
         let state = state(req)?;
         let query = req.uri().query();
         let request = parse_list_query(&service::DOCUMENT_LIST, query, &["metadata"])
@@ -242,7 +256,7 @@ impl DocumentsApi {
             metadata = Some((filter, value));
         }
         let envelope = service::list(state, &auth.0, pipeline_id.0, request, metadata).await?;
-        Ok(Json(ListEnvelope::from(envelope)))
+        Ok(Json(envelope.into()))
     }
 
     /// Read a document
@@ -324,7 +338,7 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         document_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ListEnvelope>> {
+    ) -> poem::Result<Json<List<Fragment>>> {
         let state = state(req)?;
         let query = req.uri().query();
         let version = integer_param(query, "version")?;
@@ -345,7 +359,7 @@ impl DocumentsApi {
             &request,
         )
         .await?;
-        Ok(Json(ListEnvelope::from(envelope)))
+        Ok(Json(envelope.into()))
     }
 
     /// Fragments by id

@@ -12,7 +12,7 @@ use trove_query::list::parse_list_query;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, ListEnvelope, NoContent};
+use super::respond::{Created, Json, List, NoContent};
 use crate::error::ApiError;
 use crate::service::embedding_models::{
     self as service, ModelChange, ModelRow, NewModel, ProviderRow,
@@ -77,12 +77,16 @@ impl EmbeddingApi {
     /// `name$startswith`, `name$gt|ge|lt|le`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
     /// Every filter appears in `query_info` (null or `[]` when unset).
     #[oai(path = "/embedding-providers", method = "get")]
-    async fn list_providers(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list_providers(
+        &self,
+        auth: Auth,
+        req: &Request,
+    ) -> poem::Result<Json<List<ProviderRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::PROVIDER_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
         let envelope = service::list_providers(&state.pool, &auth.0, &request).await?;
-        Ok(Json(ListEnvelope::from(envelope)))
+        Ok(Json(envelope.into()))
     }
 
     /// Get an embedding provider
@@ -105,12 +109,12 @@ impl EmbeddingApi {
     /// `name$gt|ge|lt|le`; `description`, `description$contains`; `provider`; `model_name`,
     /// `model_name$contains`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
     #[oai(path = "/embedding-models", method = "get")]
-    async fn list_models(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list_models(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<ModelRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::MODEL_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
         let envelope = service::list_models(&state.pool, &auth.0, &request).await?;
-        Ok(Json(ListEnvelope::from(envelope)))
+        Ok(Json(envelope.into()))
     }
 
     /// Create an embedding model

@@ -13,7 +13,7 @@ use trove_query::list::parse_list_query;
 use super::ApiTags;
 use super::connections::unless_client_leaves;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, ListEnvelope, NoContent};
+use super::respond::{Created, Json, List, NoContent};
 use super::streaming::{Answer, StreamMode};
 use crate::error::ApiError;
 use crate::providers::llm::LlmProvider;
@@ -108,7 +108,7 @@ impl LlmsApi {
     /// `endpoint`; `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset pagination,
     /// `count`, `order_by` (`id`, `name`, `provider`, `created_at`, `updated_at`).
     #[oai(path = "/llms", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<LlmRow>>> {
         let state = state(req)?;
         let request =
             parse_list_query(&service::LLM_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, EmptyOk, Json, ListEnvelope, NoContent};
+use super::respond::{Created, EmptyOk, Json, List, NoContent};
 use crate::access::AccessLevel;
 use crate::error::ApiError;
 use crate::service::pipelines::{
@@ -142,12 +142,12 @@ impl PipelinesApi {
     /// `created_at`, `updated_at` with comparisons. Pagination and `order_by` (`id`, `name`,
     /// `created_at`, `updated_at`).
     #[oai(path = "/pipelines", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<Pipeline>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::PIPELINE_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
         let envelope = service::list(&state.pool, &auth.0, &request).await?;
-        Ok(Json(ListEnvelope::from(envelope)))
+        Ok(Json(envelope.into()))
     }
 
     /// Create a pipeline
@@ -316,12 +316,12 @@ impl PipelinesApi {
         auth: Auth,
         pipeline_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ListEnvelope>> {
+    ) -> poem::Result<Json<List<IndexRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::INDEX_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
         let envelope = service::list_indexes(&state.pool, &auth.0, pipeline_id.0, &request).await?;
-        Ok(Json(ListEnvelope::from(envelope)))
+        Ok(Json(envelope.into()))
     }
 
     /// Delete a metadata index

@@ -2,6 +2,8 @@
 //! service's own) while still documenting their schema in the OpenAPI document.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use poem::http::StatusCode;
 use poem::{IntoResponse, Response};
@@ -11,6 +13,8 @@ use poem_openapi::registry::{
 };
 use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
 use serde::Serialize;
+
+use crate::service::Envelope;
 
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
     match serde_json::to_vec(value) {
@@ -148,24 +152,108 @@ impl<T: Serialize + Type + Send> ApiResponse for OkOrNoContent<T> {
     }
 }
 
-/// The list envelope: `data` (the page's objects), `page_info`, `query_info`.
-#[derive(Debug, poem_openapi::Object, Serialize)]
-pub struct ListEnvelope {
-    /// The objects of the page.
-    pub data: Vec<serde_json::Value>,
-    /// Cursors or offsets of the page, `order_by`, and `count` when requested.
-    pub page_info: serde_json::Value,
-    /// The filters the server recognized and applied.
-    pub query_info: serde_json::Value,
+/// Cursors (cursor mode) or `limit` and `offset` (offset mode) of a page, its `order_by`, and
+/// `count` when requested.
+// Schema only: the service builds `page_info` as a JSON object.
+#[derive(Debug, poem_openapi::Object)]
+pub struct PageInfo {
+    /// Cursor mode: the opaque cursor of the page's first object; absent on an empty page.
+    before: Option<String>,
+    /// Cursor mode: the opaque cursor of the page's last object; absent on an empty page.
+    after: Option<String>,
+    /// Cursor mode: whether objects follow the page.
+    has_next: Option<bool>,
+    /// Cursor mode: whether objects precede the page.
+    has_prev: Option<bool>,
+    /// Offset mode: the page size.
+    limit: Option<u64>,
+    /// Offset mode: the objects skipped.
+    offset: Option<u64>,
+    /// The order, `-` marking descending fields; null for the default order.
+    #[oai(nullable)]
+    order_by: Option<Vec<String>>,
+    /// The objects matching the filters, only when `count` was requested.
+    count: Option<i64>,
 }
 
-impl From<crate::service::Envelope> for ListEnvelope {
-    fn from(envelope: crate::service::Envelope) -> Self {
+/// The list envelope of objects `T`: `data` (the page's objects), `page_info`, `query_info`.
+/// It is written as the service built it; its schema, `<T>List`, gives `data` the items `T`.
+pub struct List<T> {
+    envelope: Envelope,
+    item: PhantomData<fn() -> T>,
+}
+
+impl<T> From<Envelope> for List<T> {
+    fn from(envelope: Envelope) -> Self {
         Self {
-            data: envelope.data,
-            page_info: serde_json::Value::Object(envelope.page_info),
-            query_info: serde_json::Value::Object(envelope.query_info),
+            envelope,
+            item: PhantomData,
         }
+    }
+}
+
+impl<T> Serialize for List<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.envelope.serialize(s)
+    }
+}
+
+impl<T: Type> Type for List<T> {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = Self;
+    type RawElementValueType = Self;
+
+    fn name() -> Cow<'static, str> {
+        format!("{}List", T::name()).into()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        MetaSchemaRef::Reference(Self::name().into_owned())
+    }
+
+    fn register(registry: &mut Registry) {
+        registry.create_schema::<Self, _>(Self::name().into_owned(), |registry| {
+            T::register(registry);
+            PageInfo::register(registry);
+            let described = |schema: MetaSchemaRef, description| {
+                schema.merge(MetaSchema {
+                    description: Some(description),
+                    ..MetaSchema::ANY
+                })
+            };
+            MetaSchema {
+                title: Some(Self::name().into_owned()),
+                description: Some(
+                    "The list envelope: `data` (the page's objects), `page_info`, `query_info`.",
+                ),
+                required: vec!["data", "page_info", "query_info"],
+                properties: vec![
+                    (
+                        "data",
+                        described(Vec::<T>::schema_ref(), "The objects of the page."),
+                    ),
+                    ("page_info", PageInfo::schema_ref()),
+                    (
+                        "query_info",
+                        described(
+                            BTreeMap::<String, serde_json::Value>::schema_ref(),
+                            "The filters the server recognized and applied.",
+                        ),
+                    ),
+                ],
+                ..MetaSchema::new("object")
+            }
+        });
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        Some(self)
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        Box::new(std::iter::once(self))
     }
 }
 

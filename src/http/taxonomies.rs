@@ -8,10 +8,10 @@ use trove_query::list::parse_list_query;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, ListEnvelope, NoContent};
+use super::respond::{Created, Json, List, NoContent};
 use crate::error::ApiError;
 use crate::service::taxonomies::{
-    self as service, AddedEntries, Link, NewTaxonomy, TaxonomyChange, TaxonomyRow,
+    self as service, AddedEntries, EntryRow, Link, NewTaxonomy, TaxonomyChange, TaxonomyRow,
 };
 
 /// Body of `POST /taxonomies`.
@@ -50,7 +50,7 @@ impl TaxonomiesApi {
     /// `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset pagination, `count`,
     /// `order_by` (`id`, `name`, `created_at`, `updated_at`).
     #[oai(path = "/taxonomies", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<TaxonomyRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::TAXONOMY_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -148,7 +148,7 @@ impl TaxonomiesApi {
         auth: Auth,
         taxonomy_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ListEnvelope>> {
+    ) -> poem::Result<Json<List<EntryRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::ENTRY_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;

@@ -12,7 +12,7 @@ use trove_query::list::parse_list_query;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, ListEnvelope, NoContent};
+use super::respond::{Created, Json, List, NoContent};
 use crate::error::ApiError;
 use crate::service::text_splitters::{
     self as service, NewSplitter, ProviderRow, SplitterChange, SplitterRow,
@@ -59,7 +59,11 @@ impl TextSplittersApi {
     /// Cursor or offset pagination, `count`, `order_by` (`id`, `name`, `created_at`,
     /// `updated_at`).
     #[oai(path = "/text-splitter-providers", method = "get")]
-    async fn list_providers(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list_providers(
+        &self,
+        auth: Auth,
+        req: &Request,
+    ) -> poem::Result<Json<List<ProviderRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::PROVIDER_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -92,7 +96,7 @@ impl TextSplittersApi {
     /// `provider`; `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset
     /// pagination, `count`, `order_by` (`id`, `name`, `provider`, `created_at`, `updated_at`).
     #[oai(path = "/text-splitters", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<ListEnvelope>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<SplitterRow>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::SPLITTER_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
