@@ -15,8 +15,9 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use super::connections::unless_client_leaves;
+use super::documents::Fragment;
 use super::extract::{self, Auth, JsonBody, required_header, state};
-use super::respond::{Created, Json, List, NoContent, Nullable};
+use super::respond::{Created, Described, Json, List, NoContent, Nullable};
 use super::streaming::{Answer, StreamMode};
 use crate::agents::definition::{
     AgentDefinition, Message, Placeholder, PlaceholderType, RetrievalParams, Role,
@@ -197,11 +198,14 @@ pub struct UpdateAgentBody {
     placeholders: MaybeUndefined<Vec<AgentPlaceholder>>,
 }
 
+/// Retrieval placeholder → its fragments (dry run, traces), as the service builds them.
+pub type Retrievals<T = Value> = Described<BTreeMap<String, Vec<Fragment>>, T>;
+
 /// `GET /agents/{agent_id}/prompt`.
 #[derive(Debug, Object, Serialize)]
 pub struct AgentPrompt {
-    messages: Value,
-    placeholders: Value,
+    messages: Described<Vec<PromptMessage>>,
+    placeholders: Described<Vec<AgentPlaceholder>>,
     /// The query placeholders an execution must supply, in definition order.
     variables: Vec<String>,
 }
@@ -422,8 +426,8 @@ impl AgentsApi {
         let state = state(req)?;
         let view = service::prompt(&state.pool, &auth.0, agent_id.0).await?;
         Ok(Json(AgentPrompt {
-            messages: view.messages,
-            placeholders: view.placeholders,
+            messages: Described::new(view.messages),
+            placeholders: Described::new(view.placeholders),
             variables: view.variables,
         }))
     }
@@ -440,13 +444,13 @@ impl AgentsApi {
         headers: DryRunHeaders,
         req: &Request,
         body: extract::ForwardedBody<RunAgentBody>,
-    ) -> poem::Result<Json<BTreeMap<String, Value>>> {
+    ) -> poem::Result<Json<Retrievals<BTreeMap<String, Value>>>> {
         let state = state(req)?;
         let mut body = body.0;
         let input = body.retrieval_input();
         let results =
             service::dry_run(state, &auth.0, agent_id.0, headers.pipeline_id, input).await?;
-        Ok(Json(results.into_iter().collect()))
+        Ok(Json(Described::new(results.into_iter().collect())))
     }
 
     /// Execute an agent

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, form_pairs, state};
-use super::respond::{Created, EmptyOk, Json, List, NoContent};
+use super::respond::{Created, Described, EmptyOk, Json, List, NoContent};
 use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
 use crate::service::api_keys::{self as service, ApiKeyRow, EntryChange, KeyChange, NewKey};
@@ -107,6 +107,19 @@ pub struct PermissionEntryObject {
     classifications: Vec<String>,
 }
 
+/// A key's permission on an object type.
+// Schema only: the permissions are built as JSON (`AuthContext::type_permissions_json`).
+#[derive(Debug, Object)]
+pub struct TypePermission {
+    /// Permission bits: read 4, write 2, execute 1.
+    access_level: u8,
+    /// The classification allow-list of `pipelines` (`*` permits all); empty for other types.
+    classifications: Vec<String>,
+}
+
+/// Object type → the key's permission on it.
+type TypePermissions = Described<BTreeMap<String, TypePermission>>;
+
 /// Result of `POST /login`.
 #[derive(Debug, Object, Serialize)]
 pub struct KeyCheckResult {
@@ -114,7 +127,8 @@ pub struct KeyCheckResult {
     key: String,
     #[oai(nullable)]
     description: Option<String>,
-    permissions: Value,
+    /// Object type → the key's permission on it.
+    permissions: TypePermissions,
 }
 
 pub struct ApiKeysApi;
@@ -304,14 +318,14 @@ impl ApiKeysApi {
             message: "OK".to_owned(),
             key: auth.0.name.clone(),
             description: auth.0.description.clone(),
-            permissions: auth.0.type_permissions_json(),
+            permissions: Described::new(auth.0.type_permissions_json()),
         }))
     }
 
     /// Permissions of the calling key on every object type
     #[oai(path = "/permissions", method = "get")]
-    async fn my_permissions(&self, auth: Auth) -> poem::Result<Json<Value>> {
-        Ok(Json(auth.0.type_permissions_json()))
+    async fn my_permissions(&self, auth: Auth) -> poem::Result<Json<TypePermissions>> {
+        Ok(Json(Described::new(auth.0.type_permissions_json())))
     }
 
     /// Permissions of the calling key on several objects of one type
@@ -323,7 +337,7 @@ impl ApiKeysApi {
         auth: Auth,
         object_type: poem_openapi::param::Path<String>,
         req: &Request,
-    ) -> poem::Result<Json<Value>> {
+    ) -> poem::Result<Json<Described<BTreeMap<String, u8>>>> {
         let object_type = ObjectType::parse(&object_type.0).map_err(ApiError::from)?;
         let mut map = serde_json::Map::new();
         for (name, value) in form_pairs(req.uri().query()) {
@@ -338,7 +352,7 @@ impl ApiKeysApi {
                 Value::from(auth.0.object_level(object_type, id).bits()),
             );
         }
-        Ok(Json(Value::Object(map)))
+        Ok(Json(Described::new(Value::Object(map))))
     }
 
     /// Permission of the calling key on one object

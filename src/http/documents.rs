@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::{Created, Json, List, OkOrNoContent};
+use super::respond::{Created, Described, Json, List, OkOrNoContent};
 use crate::error::{ApiError, ApiResult};
 use crate::service::documents::{self as service, NewDocument, VersionRow};
 use crate::state::AppState;
@@ -94,6 +94,9 @@ pub struct Fragment {
     /// Position within the document version, from 0.
     order_id: i32,
 }
+
+/// A plain array of fragments (fragments by id, search results), as the service builds them.
+pub type Fragments = Described<Vec<Fragment>, Vec<Value>>;
 
 /// Reads an optional integer query parameter (`version`, `as_of`).
 fn integer_param(query: Option<&str>, name: &str) -> ApiResult<Option<i64>> {
@@ -371,7 +374,7 @@ impl DocumentsApi {
         auth: Auth,
         pipeline_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<Vec<Value>>> {
+    ) -> poem::Result<Json<Fragments>> {
         let state = state(req)?;
         let mut ids = Vec::new();
         for (key, value) in form_pairs(req.uri().query()) {
@@ -382,9 +385,9 @@ impl DocumentsApi {
             }
         }
         let include_embedding = bool_param(req.uri().query(), "include_embedding")?;
-        Ok(Json(
+        Ok(Json(Described::new(
             service::fragments_by_id(state, &auth.0, pipeline_id.0, ids, include_embedding).await?,
-        ))
+        )))
     }
 
     /// Fragments by id (deprecated)
@@ -401,12 +404,12 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         req: &Request,
         body: JsonBody<FragmentIdsBody>,
-    ) -> poem::Result<Json<Vec<Value>>> {
+    ) -> poem::Result<Json<Fragments>> {
         let state = state(req)?;
         let include_embedding = bool_param(req.uri().query(), "include_embedding")?;
-        Ok(Json(
+        Ok(Json(Described::new(
             service::fragments_by_id(state, &auth.0, pipeline_id.0, body.0.ids, include_embedding)
                 .await?,
-        ))
+        )))
     }
 }

@@ -1,5 +1,7 @@
 //! `/pipelines`, `/pipelines/{pipeline_id}/classifications`, `/pipelines/{pipeline_id}/indexes`.
 
+use std::collections::BTreeMap;
+
 use poem::Request;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
@@ -13,6 +15,7 @@ use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, List, NoContent};
 use crate::access::AccessLevel;
 use crate::error::ApiError;
+use crate::service::embedding_models::ModelRow;
 use crate::service::pipelines::{
     self as service, IndexRow, NewPipelineInput, PipelineChange, PipelineRow,
 };
@@ -83,7 +86,7 @@ pub struct Pipeline {
     #[oai(nullable)]
     default_vector_embedding_id: Option<Uuid>,
     /// Vector embedding id → embedding model.
-    embedding_models: Value,
+    embedding_models: BTreeMap<String, ModelRow>,
     has_full_text_search: bool,
     metadata_schema: Value,
     created_at: chrono::DateTime<chrono::Utc>,

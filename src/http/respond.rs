@@ -328,3 +328,73 @@ impl<T: ToJSON> ToJSON for Nullable<T> {
         self.0.to_json()
     }
 }
+
+/// A value the service builds as JSON (objects assembled field by field, stored definitions),
+/// written as it is and documented with the schema of `S`, a type that describes it.
+pub struct Described<S, T = serde_json::Value> {
+    value: T,
+    schema: PhantomData<fn() -> S>,
+}
+
+impl<S, T: std::fmt::Debug> std::fmt::Debug for Described<S, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value.fmt(f)
+    }
+}
+
+impl<S, T> Described<S, T> {
+    pub fn new(value: T) -> Self {
+        Self {
+            value,
+            schema: PhantomData,
+        }
+    }
+}
+
+impl<S, T: Serialize> Serialize for Described<S, T> {
+    fn serialize<Ser: serde::Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+        self.value.serialize(s)
+    }
+}
+
+impl<S: Type, T: Send + Sync> Type for Described<S, T> {
+    const IS_REQUIRED: bool = S::IS_REQUIRED;
+    type RawValueType = Self;
+    type RawElementValueType = Self;
+
+    fn name() -> Cow<'static, str> {
+        S::name()
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        S::schema_ref()
+    }
+
+    fn register(registry: &mut Registry) {
+        S::register(registry);
+    }
+
+    fn as_raw_value(&self) -> Option<&Self::RawValueType> {
+        Some(self)
+    }
+
+    fn raw_element_iter<'a>(
+        &'a self,
+    ) -> Box<dyn Iterator<Item = &'a Self::RawElementValueType> + 'a> {
+        Box::new(std::iter::once(self))
+    }
+}
+
+impl<S: Type, T: Serialize + Send + Sync> ToJSON for Described<S, T> {
+    fn to_json(&self) -> Option<serde_json::Value> {
+        serde_json::to_value(&self.value).ok()
+    }
+}
+
+impl<S: Type, T: serde::de::DeserializeOwned + Send + Sync> ParseFromJSON for Described<S, T> {
+    fn parse_from_json(value: Option<serde_json::Value>) -> ParseResult<Self> {
+        serde_json::from_value(value.unwrap_or_default())
+            .map(Self::new)
+            .map_err(|e| ParseError::custom(e.to_string()))
+    }
+}

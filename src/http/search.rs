@@ -4,11 +4,11 @@ use poem::{Request, RequestBody};
 use poem_openapi::registry::Registry;
 use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Object, OpenApi};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::ApiTags;
+use super::documents::Fragments;
 use super::extract::{self, Auth, JsonBody, state};
-use super::respond::Json;
+use super::respond::{Described, Json};
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
 
@@ -106,7 +106,7 @@ impl SearchApi {
         pipeline_id: extract::Path,
         req: &Request,
         body: JsonBody<SearchBody>,
-    ) -> poem::Result<Json<Vec<Value>>> {
+    ) -> poem::Result<Json<Fragments>> {
         let state = state(req)?;
         let body = body.0;
         let input = SearchInput {
@@ -118,8 +118,8 @@ impl SearchApi {
             distance_strategy: body.distance_strategy,
         };
         let context = auth.context.filter(|c| c.pipeline_id() == pipeline_id.0);
-        Ok(Json(
+        Ok(Json(Described::new(
             service::run_with(state, &auth.auth.0, pipeline_id.0, input, None, context).await?,
-        ))
+        )))
     }
 }

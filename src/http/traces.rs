@@ -3,13 +3,22 @@
 use poem::Request;
 use poem_openapi::{Object, OpenApi};
 use serde::Serialize;
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::ApiTags;
+use super::agents::{Retrievals, RoleName};
 use super::extract::{self, Auth, state};
-use super::respond::Json;
+use super::respond::{Described, Json};
 use crate::service::agents::{self as service, Trace};
+
+/// A message as sent to the model.
+// Schema only: a trace keeps the rendered messages as JSON.
+#[derive(Debug, Object)]
+pub struct TraceMessage {
+    role: RoleName,
+    /// The message text with every placeholder filled.
+    content: String,
+}
 
 /// What an execution retrieved, sent and received.
 #[derive(Debug, Object, Serialize)]
@@ -23,9 +32,9 @@ pub struct TraceObject {
     /// RFC 3339.
     created_at: String,
     /// Retrieval placeholder → its fragments.
-    retrievals: Value,
-    /// `[{role, content}]` as sent to the model.
-    messages: Value,
+    retrievals: Retrievals,
+    /// The messages as sent to the model.
+    messages: Described<Vec<TraceMessage>>,
     /// Null until generation ended; partial after an early end.
     #[oai(nullable)]
     answer: Option<String>,
@@ -39,8 +48,8 @@ impl From<Trace> for TraceObject {
             pipeline_id: trace.pipeline_id,
             llm_id: trace.llm_id,
             created_at: crate::time::rfc3339::format(&trace.created_at),
-            retrievals: trace.retrievals,
-            messages: trace.messages,
+            retrievals: Described::new(trace.retrievals),
+            messages: Described::new(trace.messages),
             answer: trace.answer,
         }
     }
