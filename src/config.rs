@@ -64,9 +64,15 @@ pub struct QueueNames {
     pub consumer: String,
     /// Delay before a failed job is delivered again (interface: 10 seconds).
     pub redelivery_delay: std::time::Duration,
-    /// How long a fetched job may stay unacknowledged (a killed worker) before redelivery.
+    /// How long a fetched job may go without word from its worker (an acknowledgement, a
+    /// return or an in-progress mark, sent every third of it) before JetStream delivers it
+    /// again: a worker that dies gives its jobs back within it (`TROVE_QUEUE_ACK_WAIT`).
     pub ack_wait: std::time::Duration,
 }
+
+/// The default ack wait: a dead worker's jobs come back within 20 seconds, while a live
+/// worker marks its batch in progress every 6.7 seconds.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(20);
 
 impl Default for QueueNames {
     fn default() -> Self {
@@ -75,7 +81,7 @@ impl Default for QueueNames {
             subject_prefix: "trove.documents".to_owned(),
             consumer: "trove-workers".to_owned(),
             redelivery_delay: std::time::Duration::from_secs(10),
-            ack_wait: std::time::Duration::from_secs(300),
+            ack_wait: DEFAULT_ACK_WAIT,
         }
     }
 }
@@ -246,6 +252,13 @@ impl Config {
                 }),
         };
         let llm_connect_timeout = seconds("TROVE_LLM_CONNECT_TIMEOUT", 10.0)?;
+        let ack_wait = seconds("TROVE_QUEUE_ACK_WAIT", DEFAULT_ACK_WAIT.as_secs_f64())?;
+        if ack_wait < Duration::from_secs(1) || ack_wait > Duration::from_secs(3600) {
+            return Err(err(
+                "TROVE_QUEUE_ACK_WAIT",
+                "expected seconds from 1 to 3600",
+            ));
+        }
         let llm_read_timeout = seconds("TROVE_LLM_READ_TIMEOUT", 120.0)?;
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
@@ -294,7 +307,10 @@ impl Config {
             },
             log_filter: get("TROVE_LOG").unwrap_or_else(|| "info".to_owned()),
             log_format,
-            queue: QueueNames::default(),
+            queue: QueueNames {
+                ack_wait,
+                ..QueueNames::default()
+            },
             hnsw,
             llm_connect_timeout,
             llm_read_timeout,
@@ -422,6 +438,25 @@ mod tests {
         assert!(c.run_worker);
         assert!(c.master_key.is_none());
         assert_eq!(format!("{:?}", c.database_url), "Secret(***)");
+        assert_eq!(c.queue.ack_wait, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn queue_timings_are_checked() {
+        let with = |pairs: &[(&'static str, &'static str)]| {
+            let mut all = vec![
+                ("TROVE_DATABASE_URL", "postgres://x"),
+                ("TROVE_SECRET", SECRET),
+            ];
+            all.extend_from_slice(pairs);
+            Config::from_lookup(lookup(&all))
+        };
+        let c = with(&[("TROVE_QUEUE_ACK_WAIT", "7.5")]).unwrap();
+        assert_eq!(c.queue.ack_wait, Duration::from_millis(7500));
+        for value in ["0.5", "3601", "x", "-1"] {
+            let e = with(&[("TROVE_QUEUE_ACK_WAIT", value)]).unwrap_err();
+            assert_eq!(e.variable, "TROVE_QUEUE_ACK_WAIT", "{value}");
+        }
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! embedding, the transaction) returns every job of the group with a 10-second delay.
 //! Processing is idempotent: a version is processed only while it is `pending`, checked under a
 //! row lock inside the storing transaction, so a job delivered twice never duplicates fragments.
+//!
+//! While a batch is worked on, every one of its messages not yet acknowledged or returned is
+//! marked in progress every third of the ack wait, so JetStream never gives a live worker's slow
+//! batch to another worker; the jobs of a worker that dies come back within the ack wait.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,13 +58,105 @@ pub struct Worker {
     license: Arc<License>,
     splitting: TextSplitting,
     redelivery_delay: Duration,
+    /// The consumer's ack wait: the batch's messages are marked in progress every third of it.
+    ack_wait: Duration,
     pub metrics: WorkerMetrics,
 }
 
-/// One received job with its message.
+/// The messages of a batch, each until it is acknowledged or returned (settled).
+///
+/// Settling a message and marking the batch in progress take the same lock, so no in-progress
+/// mark ever follows the return of a job (it would replace its redelivery delay by the ack
+/// wait).
+#[derive(Clone, Default)]
+struct InFlight(Arc<tokio::sync::Mutex<Vec<Option<Message>>>>);
+
+impl InFlight {
+    /// Holds a message until it is settled; returns its slot.
+    async fn hold(&self, message: Message) -> usize {
+        let mut messages = self.0.lock().await;
+        messages.push(Some(message));
+        messages.len() - 1
+    }
+
+    /// Acknowledges or returns the message of a slot (once: a settled slot is left alone).
+    async fn settle(&self, slot: usize, kind: AckKind) {
+        let mut messages = self.0.lock().await;
+        let Some(message) = messages.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        let returned = matches!(kind, AckKind::Nak(_));
+        if let Err(error) = message.ack_with(kind).await {
+            if returned {
+                tracing::warn!(%error, "nak failed; the job returns after the ack wait");
+            } else {
+                tracing::warn!(%error, "ack failed; the job will be delivered again");
+            }
+        }
+    }
+
+    /// Tells JetStream that every message not yet settled is still being worked on; returns
+    /// how many.
+    async fn mark_in_progress(&self) -> usize {
+        let messages = self.0.lock().await;
+        let mut marked = 0;
+        for message in messages.iter().flatten() {
+            match message.ack_with(AckKind::Progress).await {
+                Ok(()) => marked += 1,
+                Err(error) => {
+                    tracing::warn!(%error, "in-progress mark failed; the job may be delivered again");
+                }
+            }
+        }
+        marked
+    }
+
+    /// Marks the batch in progress every `every` until dropped (the task is aborted then).
+    fn keep_in_progress(&self, every: Duration) -> AbortOnDrop {
+        let batch = self.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                batch.mark_in_progress().await;
+            }
+        }))
+    }
+}
+
+/// A task aborted when its handle is dropped (a step that ends or is cancelled).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often a batch is marked in progress: a third of the ack wait, so that one lost or late
+/// mark still leaves time for the next.
+fn progress_interval(ack_wait: Duration) -> Duration {
+    (ack_wait / 3).max(Duration::from_millis(100))
+}
+
+/// One received job with its message's slot in the batch.
 struct Delivery {
     job: Job,
-    message: Message,
+    slot: usize,
+    batch: InFlight,
+}
+
+impl Delivery {
+    async fn ack(&self) {
+        self.batch.settle(self.slot, AckKind::Ack).await;
+    }
+
+    async fn nak(&self, delay: Duration) {
+        self.batch
+            .settle(self.slot, AckKind::Nak(Some(delay)))
+            .await;
+    }
 }
 
 /// A version to process: read, then split.
@@ -92,7 +188,8 @@ enum GroupError {
 }
 
 impl Worker {
-    /// Creates (or binds to) the durable consumer.
+    /// Creates the durable consumer, or updates its configuration when it exists (a consumer
+    /// created by an earlier release keeps its ack wait otherwise).
     pub async fn new(
         pool: Pool,
         queue: &Queue,
@@ -108,18 +205,16 @@ impl Worker {
             .get_stream(&names.stream)
             .await
             .map_err(|e| e.to_string())?;
+        // Create or update: JetStream changes the ack wait of an existing durable consumer.
         let consumer: PullConsumer = stream
-            .get_or_create_consumer(
-                &names.consumer,
-                pull::Config {
-                    durable_name: Some(names.consumer.clone()),
-                    ack_policy: AckPolicy::Explicit,
-                    ack_wait: names.ack_wait,
-                    max_deliver: -1,
-                    filter_subject: format!("{}.>", names.subject_prefix),
-                    ..Default::default()
-                },
-            )
+            .create_consumer(pull::Config {
+                durable_name: Some(names.consumer.clone()),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: names.ack_wait,
+                max_deliver: -1,
+                filter_subject: format!("{}.>", names.subject_prefix),
+                ..Default::default()
+            })
             .await
             .map_err(|e| e.to_string())?;
         Ok(Self {
@@ -130,11 +225,14 @@ impl Worker {
             license,
             splitting,
             redelivery_delay: names.redelivery_delay,
+            ack_wait: names.ack_wait,
             metrics: WorkerMetrics::new(),
         })
     }
 
     /// Fetches what is available now (up to 100 jobs, waiting at most `wait`) and processes it.
+    /// From its first message until it returns, the batch is marked in progress every third
+    /// of the ack wait; a step that is cancelled (its future dropped) stops marking it.
     pub async fn step(&self, wait: Duration) -> Result<StepOutcome, String> {
         let mut messages = self
             .consumer
@@ -146,6 +244,8 @@ impl Worker {
             .map_err(|e| e.to_string())?;
         let mut groups: BTreeMap<Uuid, Vec<Delivery>> = BTreeMap::new();
         let mut outcome = StepOutcome::default();
+        let batch = InFlight::default();
+        let mut in_progress = None;
         while let Some(message) = messages.next().await {
             let message = match message {
                 Ok(message) => message,
@@ -156,10 +256,18 @@ impl Worker {
             };
             outcome.jobs += 1;
             match serde_json::from_slice::<Job>(&message.payload) {
-                Ok(job) => groups
-                    .entry(job.pipeline_id)
-                    .or_default()
-                    .push(Delivery { job, message }),
+                Ok(job) => {
+                    if in_progress.is_none() {
+                        in_progress =
+                            Some(batch.keep_in_progress(progress_interval(self.ack_wait)));
+                    }
+                    let slot = batch.hold(message).await;
+                    groups.entry(job.pipeline_id).or_default().push(Delivery {
+                        job,
+                        slot,
+                        batch: batch.clone(),
+                    });
+                }
                 Err(error) => {
                     // A message that is not a job can never succeed: drop it.
                     tracing::warn!(%error, "malformed job acknowledged");
@@ -173,6 +281,8 @@ impl Worker {
             outcome.skipped += group.skipped;
             outcome.failed += group.failed;
         }
+        // Every message is settled now: stop marking the batch.
+        drop(in_progress);
         Ok(outcome)
     }
 
@@ -191,7 +301,7 @@ impl Worker {
                 tracing::warn!(%error, %pipeline_id, jobs = size, "document group failed; jobs return after the redelivery delay");
                 self.metrics.failed.inc_by(size as f64);
                 for delivery in &deliveries {
-                    nak(&delivery.message, self.redelivery_delay).await;
+                    delivery.nak(self.redelivery_delay).await;
                 }
                 StepOutcome {
                     jobs: size,
@@ -217,7 +327,7 @@ impl Worker {
         let Some(pipeline) = ingestion::pipeline_for_work(&self.pool, pipeline_id).await? else {
             // The pipeline was deleted: its documents are gone, so their jobs are done.
             for delivery in deliveries {
-                ack(&delivery.message).await;
+                delivery.ack().await;
             }
             self.metrics.success.inc_by(deliveries.len() as f64);
             outcome.stored = deliveries.len();
@@ -247,10 +357,8 @@ impl Worker {
             .store(pipeline_id, &pipeline, &prepared, &vectors, &configs)
             .await?;
         for delivery in deliveries {
-            if finished.iter().any(|m| std::ptr::eq(*m, &delivery.message))
-                || prepared.iter().any(|p| p.job == delivery.job)
-            {
-                ack(&delivery.message).await;
+            if finished.contains(&delivery.slot) || prepared.iter().any(|p| p.job == delivery.job) {
+                delivery.ack().await;
             }
         }
         for (p, was_stored) in prepared.iter().zip(&stored) {
@@ -268,12 +376,13 @@ impl Worker {
 
     /// Reads every version of the group in one statement and decides, per job: skip (not
     /// pending, or a second copy in this batch), done (deleted), returned (text unreadable)
-    /// or to process. Returns the versions to process and the messages already finished.
-    async fn read_versions<'d>(
+    /// or to process. Returns the versions to process and the slots of the messages already
+    /// finished.
+    async fn read_versions(
         &self,
-        deliveries: &'d [Delivery],
+        deliveries: &[Delivery],
         outcome: &mut StepOutcome,
-    ) -> Result<(Vec<Prepared>, Vec<&'d Message>), GroupError> {
+    ) -> Result<(Vec<Prepared>, Vec<usize>), GroupError> {
         let (ids, versions): (Vec<Uuid>, Vec<i64>) = deliveries
             .iter()
             .map(|d| (d.job.document_id, d.job.version))
@@ -296,13 +405,13 @@ impl Worker {
                     self.metrics.success.inc();
                     outcome.stored += 1;
                 }
-                finished.push(&delivery.message);
+                finished.push(delivery.slot);
                 continue;
             };
             if version.status != "pending" {
                 self.metrics.skip.inc();
                 outcome.skipped += 1;
-                finished.push(&delivery.message);
+                finished.push(delivery.slot);
                 continue;
             }
             let Some(Ok(text)) = version.text.as_deref().map(|t| self.cipher.decrypt_text(t))
@@ -311,7 +420,7 @@ impl Worker {
                 // be processed now; leave it to redelivery and the 24-hour sweep.
                 self.metrics.failed.inc();
                 outcome.failed += 1;
-                nak(&delivery.message, self.redelivery_delay).await;
+                delivery.nak(self.redelivery_delay).await;
                 continue;
             };
             prepared.push(Prepared {
@@ -518,12 +627,6 @@ async fn text_search_configs(
 async fn ack(message: &Message) {
     if let Err(error) = message.ack().await {
         tracing::warn!(%error, "ack failed; the job will be delivered again");
-    }
-}
-
-async fn nak(message: &Message, delay: Duration) {
-    if let Err(error) = message.ack_with(AckKind::Nak(Some(delay))).await {
-        tracing::warn!(%error, "nak failed; the job returns after the ack wait");
     }
 }
 

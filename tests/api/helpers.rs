@@ -148,7 +148,7 @@ pub struct AppOptions {
     pub no_worker: bool,
     /// Shorter redelivery delay of failed jobs (default 10 s).
     pub redelivery_delay: Option<std::time::Duration>,
-    /// Shorter ack wait (default 300 s), to test a worker killed before acknowledging.
+    /// Shorter ack wait (default Trove's, 20 s), to test a worker killed before acknowledging.
     pub ack_wait: Option<std::time::Duration>,
 }
 
@@ -200,9 +200,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         redelivery_delay: options
             .redelivery_delay
             .unwrap_or(std::time::Duration::from_secs(10)),
-        ack_wait: options
-            .ack_wait
-            .unwrap_or(std::time::Duration::from_secs(300)),
+        ack_wait: options.ack_wait.unwrap_or(trove::config::DEFAULT_ACK_WAIT),
     };
     let queue = config.queue.clone();
     let app = Application::build(config)

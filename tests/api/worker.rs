@@ -520,6 +520,335 @@ async fn a_job_fetched_by_a_worker_that_dies_is_delivered_again_after_the_ack_wa
     assert_eq!(step(&worker).await.jobs, 0, "acknowledged");
 }
 
+/// A fake OpenAI-compatible embeddings server whose first `slow` requests take `delay` (a
+/// slow model), the others none; answers 384-dimension vectors.
+#[derive(Default)]
+struct SlowEmbeddings {
+    slow: usize,
+    delay: Duration,
+    /// Requests received.
+    requests: usize,
+}
+
+type SlowShared = std::sync::Arc<std::sync::Mutex<SlowEmbeddings>>;
+
+#[poem::handler]
+async fn slow_embeddings(
+    body: poem::web::Json<Value>,
+    state: poem::web::Data<&SlowShared>,
+) -> poem::web::Json<Value> {
+    let delay = {
+        let mut state = state.0.lock().unwrap();
+        state.requests += 1;
+        if state.slow > 0 {
+            state.slow -= 1;
+            state.delay
+        } else {
+            Duration::ZERO
+        }
+    };
+    tokio::time::sleep(delay).await;
+    let count = body["input"].as_array().map_or(0, Vec::len);
+    let data: Vec<Value> = (0..count)
+        .map(|index| {
+            let vector: Vec<f32> = (0..384).map(|i| ((index + i) % 7) as f32 + 1.0).collect();
+            json!({"object": "embedding", "index": index, "embedding": vector})
+        })
+        .collect();
+    poem::web::Json(json!({"object": "list", "data": data, "model": body["model"]}))
+}
+
+/// A pipeline whose embedding model answers through [`slow_embeddings`] (a `hash` model of 384
+/// dimensions pointed at the fake server); returns its id.
+async fn pipeline_with_slow_model(app: &TestApp, fake: &SlowShared) -> String {
+    use poem::EndpointExt;
+    let address = crate::helpers::serve_on_loopback(
+        poem::Route::new()
+            .at("/v1/embeddings", poem::post(slow_embeddings))
+            .data(fake.clone()),
+    );
+    let model = app.create_hash_model("slow", 384).await;
+    let model_id = uuid_of(&model, "id");
+    let pid = app
+        .new_pipeline_id(json!({"embedding_model_id": model_id}))
+        .await;
+    sqlx::query(
+        "UPDATE embedding_models SET provider = 'openai', parameters = $2, secret_parameters = NULL
+         WHERE id = $1",
+    )
+    .bind(model_id)
+    .bind(json!({"base_url": format!("http://{address}/v1"), "api_key": "sk-test"}))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    pid
+}
+
+/// Waits until the fake embeddings server has received `count` requests.
+async fn embedding_requests(fake: &SlowShared, count: usize) {
+    let started = Instant::now();
+    while fake.lock().unwrap().requests < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no embedding request"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Steps `worker` until `busy` finishes, asserting that it never receives a job meanwhile;
+/// returns the busy step's outcome.
+async fn idle_while(
+    worker: &Worker,
+    busy: tokio::task::JoinHandle<StepOutcome>,
+    limit: Duration,
+) -> StepOutcome {
+    let started = Instant::now();
+    while !busy.is_finished() {
+        let outcome = worker.step(Duration::from_millis(200)).await.unwrap();
+        assert_eq!(
+            outcome.jobs,
+            0,
+            "a job of a live worker's batch was delivered to another worker after {:?}: {outcome:?}",
+            started.elapsed()
+        );
+        assert!(started.elapsed() < limit, "the busy step did not finish");
+    }
+    busy.await.unwrap()
+}
+
+#[tokio::test]
+async fn an_existing_consumer_takes_the_configured_ack_wait() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ack_wait: Some(Duration::from_secs(2)),
+        ..AppOptions::default()
+    })
+    .await;
+    // The consumer as an earlier release created it: a five-minute ack wait.
+    app.state.queue.ensure_stream().await.unwrap();
+    let stream = app
+        .state
+        .queue
+        .jetstream()
+        .get_stream(&app.queue.stream)
+        .await
+        .unwrap();
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some(app.queue.consumer.clone()),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(300),
+            max_deliver: -1,
+            filter_subject: format!("{}.>", app.queue.subject_prefix),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let info = stream.consumer_info(&app.queue.consumer).await.unwrap();
+    assert_eq!(info.config.ack_wait, Duration::from_secs(300));
+
+    let worker = app.worker().await;
+    let info = stream.consumer_info(&app.queue.consumer).await.unwrap();
+    assert_eq!(
+        info.config.ack_wait,
+        Duration::from_secs(2),
+        "the worker updates the consumer"
+    );
+    // Still the same durable consumer, and it works.
+    let pid = app.new_pipeline_id(json!({})).await;
+    let version = app.submit_text(&pid, "doc", &long_text("keel")).await;
+    assert_eq!(step(&worker).await.stored, 1);
+    assert_eq!(status_of(&app, &version).await, "success");
+}
+
+#[tokio::test]
+async fn a_live_worker_keeps_a_batch_slower_than_the_ack_wait() {
+    let ack_wait = Duration::from_secs(2);
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ack_wait: Some(ack_wait),
+        ..AppOptions::default()
+    })
+    .await;
+    let fake = SlowShared::default();
+    // The batch's embedding takes three ack waits.
+    {
+        let mut fake = fake.lock().unwrap();
+        fake.slow = 1;
+        fake.delay = 3 * ack_wait;
+    }
+    let pid = pipeline_with_slow_model(&app, &fake).await;
+    let mut versions = Vec::new();
+    for i in 0..3 {
+        versions.push(
+            app.submit_text(&pid, &format!("doc-{i}"), &long_text("ballast"))
+                .await,
+        );
+    }
+    let slow = app.worker().await;
+    let other = app.worker().await;
+    let started = Instant::now();
+    let busy = tokio::spawn(async move { slow.step(Duration::from_millis(300)).await.unwrap() });
+    // The whole batch is fetched and being embedded.
+    embedding_requests(&fake, 1).await;
+
+    let outcome = idle_while(&other, busy, Duration::from_secs(30)).await;
+    assert!(
+        started.elapsed() > 3 * ack_wait,
+        "the batch took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 3,
+            stored: 3,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    assert_eq!(fake.lock().unwrap().requests, 1, "embedded once");
+    for version in &versions {
+        assert_eq!(status_of(&app, version).await, "success");
+        assert_one_fragment_set(&app, version).await;
+    }
+    // Acknowledged: nothing comes back after another ack wait.
+    tokio::time::sleep(ack_wait + Duration::from_millis(500)).await;
+    assert_eq!(step(&other).await.jobs, 0, "acknowledged");
+}
+
+#[tokio::test]
+async fn a_job_returned_mid_batch_comes_back_after_the_delay_while_the_batch_goes_on() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ack_wait: Some(Duration::from_secs(3)),
+        redelivery_delay: Some(Duration::from_secs(1)),
+        ..AppOptions::default()
+    })
+    .await;
+    let fake = SlowShared::default();
+    {
+        let mut fake = fake.lock().unwrap();
+        fake.slow = 1;
+        fake.delay = Duration::from_secs(8);
+    }
+    let pid = pipeline_with_slow_model(&app, &fake).await;
+    let bad = app.submit_text(&pid, "bad", &long_text("bilge")).await;
+    let good = app.submit_text(&pid, "good", &long_text("hull")).await;
+    // The raw text of one version is unreadable: its job is returned at once, the other one's
+    // embedding takes more than two ack waits.
+    sqlx::query("UPDATE document_texts SET text = $2 WHERE document_id = $1")
+        .bind(uuid_of(&bad, "id"))
+        .bind(b"not a ciphertext at all".to_vec())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let slow = app.worker().await;
+    let other = app.worker().await;
+    let busy = tokio::spawn(async move { slow.step(Duration::from_millis(300)).await.unwrap() });
+    embedding_requests(&fake, 1).await;
+    let returned = Instant::now();
+
+    // The returned job is not kept in progress with the batch: it comes back after its delay.
+    let mut outcome = StepOutcome::default();
+    while outcome.jobs == 0 {
+        assert!(
+            returned.elapsed() < Duration::from_secs(3),
+            "the returned job did not come back after the redelivery delay"
+        );
+        outcome = other.step(Duration::from_millis(200)).await.unwrap();
+    }
+    assert!(!busy.is_finished(), "the batch is still being worked on");
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 1,
+            stored: 0,
+            skipped: 0,
+            failed: 1
+        }
+    );
+    let outcome = busy.await.unwrap();
+    assert_eq!(outcome.stored, 1, "{outcome:?}");
+    assert_eq!(outcome.failed, 1, "{outcome:?}");
+    assert_eq!(status_of(&app, &good).await, "success");
+    assert_eq!(status_of(&app, &bad).await, "pending");
+}
+
+#[tokio::test]
+async fn the_jobs_of_a_worker_that_dies_mid_batch_come_back_within_the_ack_wait() {
+    let ack_wait = Duration::from_secs(2);
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ack_wait: Some(ack_wait),
+        ..AppOptions::default()
+    })
+    .await;
+    let fake = SlowShared::default();
+    {
+        let mut fake = fake.lock().unwrap();
+        fake.slow = 1;
+        fake.delay = Duration::from_secs(25);
+    }
+    let pid = pipeline_with_slow_model(&app, &fake).await;
+    let mut versions = Vec::new();
+    for i in 0..3 {
+        versions.push(
+            app.submit_text(&pid, &format!("doc-{i}"), &long_text("flotsam"))
+                .await,
+        );
+    }
+    let doomed = app.worker().await;
+    let other = app.worker().await;
+    let busy = tokio::spawn(async move { doomed.step(Duration::from_millis(300)).await.unwrap() });
+    embedding_requests(&fake, 1).await;
+
+    // The batch is held for more than two ack waits (marked in progress), then its worker
+    // dies in the middle of the embedding.
+    let started = Instant::now();
+    while started.elapsed() < ack_wait * 5 / 2 {
+        let outcome = other.step(Duration::from_millis(200)).await.unwrap();
+        assert_eq!(
+            outcome.jobs, 0,
+            "delivered while its worker lives: {outcome:?}"
+        );
+    }
+    assert_eq!(
+        fake.lock().unwrap().requests,
+        1,
+        "the batch is being embedded"
+    );
+    busy.abort();
+    assert!(busy.await.unwrap_err().is_cancelled());
+    let died = Instant::now();
+
+    let mut outcome = StepOutcome::default();
+    while outcome.jobs == 0 {
+        assert!(
+            died.elapsed() < ack_wait + Duration::from_secs(2),
+            "the dead worker's jobs did not come back within the ack wait"
+        );
+        outcome = other.step(Duration::from_millis(200)).await.unwrap();
+    }
+    let back = died.elapsed();
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 3,
+            stored: 3,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    eprintln!("jobs of a dead worker back after {back:?} (ack wait {ack_wait:?})");
+    for version in &versions {
+        assert_eq!(status_of(&app, version).await, "success");
+        assert_one_fragment_set(&app, version).await;
+    }
+    assert_eq!(step(&other).await.jobs, 0, "acknowledged");
+}
+
 #[tokio::test]
 async fn two_deliveries_in_one_batch_never_duplicate_fragments() {
     let app = spawn_app_without_worker().await;
