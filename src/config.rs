@@ -68,11 +68,20 @@ pub struct QueueNames {
     /// return or an in-progress mark, sent every third of it) before JetStream delivers it
     /// again: a worker that dies gives its jobs back within it (`TROVE_QUEUE_ACK_WAIT`).
     pub ack_wait: std::time::Duration,
+    /// How long after its submission a pending version whose job was never confirmed queued
+    /// (its outbox entry is still there) has its job published again by the workers' sweep
+    /// (`TROVE_PENDING_REPUBLISH_AFTER`).
+    pub republish_after: std::time::Duration,
 }
 
 /// The default ack wait: a dead worker's jobs come back within 20 seconds, while a live
 /// worker marks its batch in progress every 6.7 seconds.
 pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(20);
+
+/// The default delay after which the job of a version never confirmed queued is published
+/// again: far above the time a submission takes to publish (its request times out after 5
+/// seconds), so a slow publish is not doubled.
+pub const DEFAULT_REPUBLISH_AFTER: Duration = Duration::from_secs(60);
 
 impl Default for QueueNames {
     fn default() -> Self {
@@ -82,6 +91,7 @@ impl Default for QueueNames {
             consumer: "trove-workers".to_owned(),
             redelivery_delay: std::time::Duration::from_secs(10),
             ack_wait: DEFAULT_ACK_WAIT,
+            republish_after: DEFAULT_REPUBLISH_AFTER,
         }
     }
 }
@@ -259,6 +269,16 @@ impl Config {
                 "expected seconds from 1 to 3600",
             ));
         }
+        let republish_after = seconds(
+            "TROVE_PENDING_REPUBLISH_AFTER",
+            DEFAULT_REPUBLISH_AFTER.as_secs_f64(),
+        )?;
+        if republish_after < Duration::from_secs(1) || republish_after > Duration::from_secs(3600) {
+            return Err(err(
+                "TROVE_PENDING_REPUBLISH_AFTER",
+                "expected seconds from 1 to 3600",
+            ));
+        }
         let llm_read_timeout = seconds("TROVE_LLM_READ_TIMEOUT", 120.0)?;
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
@@ -309,6 +329,7 @@ impl Config {
             log_format,
             queue: QueueNames {
                 ack_wait,
+                republish_after,
                 ..QueueNames::default()
             },
             hnsw,
@@ -439,6 +460,7 @@ mod tests {
         assert!(c.master_key.is_none());
         assert_eq!(format!("{:?}", c.database_url), "Secret(***)");
         assert_eq!(c.queue.ack_wait, Duration::from_secs(20));
+        assert_eq!(c.queue.republish_after, Duration::from_secs(60));
     }
 
     #[test]
@@ -453,9 +475,13 @@ mod tests {
         };
         let c = with(&[("TROVE_QUEUE_ACK_WAIT", "7.5")]).unwrap();
         assert_eq!(c.queue.ack_wait, Duration::from_millis(7500));
-        for value in ["0.5", "3601", "x", "-1"] {
-            let e = with(&[("TROVE_QUEUE_ACK_WAIT", value)]).unwrap_err();
-            assert_eq!(e.variable, "TROVE_QUEUE_ACK_WAIT", "{value}");
+        let c = with(&[("TROVE_PENDING_REPUBLISH_AFTER", "90")]).unwrap();
+        assert_eq!(c.queue.republish_after, Duration::from_secs(90));
+        for variable in ["TROVE_QUEUE_ACK_WAIT", "TROVE_PENDING_REPUBLISH_AFTER"] {
+            for value in ["0.5", "3601", "x", "-1"] {
+                let e = with(&[(variable, value)]).unwrap_err();
+                assert_eq!(e.variable, variable, "{value}");
+            }
         }
     }
 

@@ -9,6 +9,10 @@
 //! While a batch is worked on, every one of its messages not yet acknowledged or returned is
 //! marked in progress every third of the ack wait, so JetStream never gives a live worker's slow
 //! batch to another worker; the jobs of a worker that dies come back within the ack wait.
+//!
+//! Beside the step loops, a sweep fails versions pending for 24 hours and publishes again the
+//! jobs of pending versions never confirmed queued (a submission that stopped between its
+//! commit and its publish), so no version waits for a job that does not exist.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,11 +33,14 @@ use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_
 use crate::providers::splitting::TextSplitting;
 use crate::store::Pool;
 use crate::store::ingestion::{
-    self, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, VectorTable,
+    self, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob, VectorTable,
 };
 
 /// Jobs fetched at most per batch (interface: up to 100).
 pub const BATCH_SIZE: usize = 100;
+
+/// Outbox entries a sweep claims at once.
+const REPUBLISH_BATCH: i64 = 500;
 
 /// What one step did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +59,7 @@ pub struct StepOutcome {
 #[derive(Clone)]
 pub struct Worker {
     pool: Pool,
+    queue: Queue,
     consumer: PullConsumer,
     cipher: Cipher,
     embedders: EmbedderCache,
@@ -60,6 +68,8 @@ pub struct Worker {
     redelivery_delay: Duration,
     /// The consumer's ack wait: the batch's messages are marked in progress every third of it.
     ack_wait: Duration,
+    /// Age of an outbox entry whose job the sweep publishes again.
+    republish_after: Duration,
     pub metrics: WorkerMetrics,
 }
 
@@ -219,6 +229,7 @@ impl Worker {
             .map_err(|e| e.to_string())?;
         Ok(Self {
             pool,
+            queue: queue.clone(),
             consumer,
             cipher,
             embedders,
@@ -226,6 +237,7 @@ impl Worker {
             splitting,
             redelivery_delay: names.redelivery_delay,
             ack_wait: names.ack_wait,
+            republish_after: names.republish_after,
             metrics: WorkerMetrics::new(),
         })
     }
@@ -579,7 +591,7 @@ impl Worker {
     /// turns true. A batch being processed is finished first.
     pub async fn run(self, concurrency: usize, shutdown: tokio::sync::watch::Receiver<bool>) {
         tracing::info!(concurrency, "worker started");
-        let sweeper = tokio::spawn(sweep_loop(self.pool.clone(), shutdown.clone()));
+        let sweeper = tokio::spawn(self.clone().sweep_loop(shutdown.clone()));
         let mut loops = tokio::task::JoinSet::new();
         for _ in 0..concurrency.max(1) {
             let worker = self.clone();
@@ -589,6 +601,87 @@ impl Worker {
         while loops.join_next().await.is_some() {}
         sweeper.abort();
         tracing::info!("worker stopped");
+    }
+
+    /// Publishes again the jobs of versions still `pending` whose outbox entry is older than
+    /// the republish delay (their submission never confirmed the publish: the process stopped
+    /// between its commit and the publish, or the confirmation was lost); returns how many.
+    /// A job already in the queue may so be queued twice: the second delivery finds the version
+    /// no longer pending and is skipped. Stops at the first failed publish (the entries left
+    /// are retried after the republish delay).
+    pub async fn republish_unconfirmed(&self) -> Result<usize, String> {
+        let mut published = 0;
+        loop {
+            let jobs = ingestion::claim_unconfirmed_jobs(
+                &self.pool,
+                self.republish_after,
+                REPUBLISH_BATCH,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            let mut queued: Vec<UnconfirmedJob> = Vec::with_capacity(jobs.len());
+            let mut failure = None;
+            for job in &jobs {
+                let publish = self
+                    .queue
+                    .publish(&Job {
+                        pipeline_id: job.pipeline_id,
+                        document_id: job.document_id,
+                        version: job.version,
+                    })
+                    .await;
+                match publish {
+                    Ok(()) => queued.push(*job),
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                }
+            }
+            if !queued.is_empty() {
+                let (ids, versions): (Vec<Uuid>, Vec<i64>) =
+                    queued.iter().map(|j| (j.document_id, j.version)).unzip();
+                ingestion::forget_queued_jobs(&self.pool, &ids, &versions)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            published += queued.len();
+            if let Some(error) = failure {
+                return Err(format!("{error} ({published} jobs published again)"));
+            }
+            if jobs.len() < usize::try_from(REPUBLISH_BATCH).unwrap_or(usize::MAX) {
+                return Ok(published);
+            }
+        }
+    }
+
+    /// Every minute, fails the versions pending for more than 24 hours; every quarter of the
+    /// republish delay, publishes again the jobs never confirmed queued.
+    async fn sweep_loop(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut stale = tokio::time::interval(Duration::from_secs(60));
+        let mut unconfirmed = tokio::time::interval(republish_interval(self.republish_after));
+        for ticks in [&mut stale, &mut unconfirmed] {
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        loop {
+            tokio::select! {
+                _ = stale.tick() => {
+                    match ingestion::fail_stale_pending(&self.pool).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(versions = n, "pending versions older than 24 hours marked failed"),
+                        Err(error) => tracing::warn!(%error, "sweep failed"),
+                    }
+                }
+                _ = unconfirmed.tick() => {
+                    match self.republish_unconfirmed().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(jobs = n, "jobs of pending versions never confirmed queued published again"),
+                        Err(error) => tracing::warn!(%error, "publishing unconfirmed jobs again failed"),
+                    }
+                }
+                _ = shutdown.changed() => return,
+            }
+        }
     }
 
     async fn step_loop(&self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -638,18 +731,8 @@ async fn load_splitter(pool: &Pool, id: Uuid) -> Result<trove_text::SplitterConf
         .map_err(|e| GroupError::Split(e.to_string()))
 }
 
-async fn sweep_loop(pool: Pool, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let mut interval = tokio::time::interval(Duration::from_secs(60));
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {
-                match ingestion::fail_stale_pending(&pool).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(versions = n, "pending versions older than 24 hours marked failed"),
-                    Err(error) => tracing::warn!(%error, "sweep failed"),
-                }
-            }
-            _ = shutdown.changed() => return,
-        }
-    }
+/// How often the sweep looks for unconfirmed jobs: a quarter of the republish delay (at most a
+/// minute), so a stranded version waits at most 1¼ of that delay.
+fn republish_interval(republish_after: Duration) -> Duration {
+    (republish_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(60))
 }

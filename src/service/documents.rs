@@ -117,7 +117,9 @@ fn micros(ts: DateTime<Utc>) -> i64 {
     ts.timestamp_micros()
 }
 
-/// Submits a version: stores it `pending` with its encrypted text and queues its job.
+/// Submits a version: stores it `pending` with its encrypted text and the outbox entry of its
+/// job, queues the job, then removes the entry. A process that stops between the commit and
+/// the publish leaves the entry: the workers' sweep publishes the job then.
 pub async fn submit(
     state: &AppState,
     auth: &AuthContext,
@@ -336,10 +338,21 @@ async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
         futures_util::future::join_all(jobs.iter().map(|job| state.queue.publish(job))).await;
     let mut failure = None;
     for (job, result) in jobs.iter().zip(results) {
-        if let Err(error) = result {
-            tracing::error!(%error, document_id = %job.document_id, version = job.version, "job could not be queued");
-            store::mark_failed(&state.pool, job.document_id, job.version).await?;
-            failure.get_or_insert(error);
+        match result {
+            // The job is queued: its outbox entry goes. Should that fail, the workers' sweep
+            // publishes the job once more later, and the second delivery is skipped.
+            Ok(()) => {
+                if let Err(error) =
+                    store::job_queued(&state.pool, job.document_id, job.version).await
+                {
+                    tracing::warn!(%error, document_id = %job.document_id, version = job.version, "queued job not recorded; it will be published again");
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, document_id = %job.document_id, version = job.version, "job could not be queued");
+                store::mark_failed(&state.pool, job.document_id, job.version).await?;
+                failure.get_or_insert(error);
+            }
         }
     }
     match failure {

@@ -81,7 +81,9 @@ pub struct NewVersion<'a> {
     pub encrypted_text: &'a [u8],
 }
 
-/// Inserts a `pending` version and its encrypted text (one statement).
+/// Inserts a `pending` version, its encrypted text and the outbox entry of its job (one
+/// statement): until [`job_queued`] removes the entry, the workers' sweep will publish the job
+/// again once it is old enough.
 pub async fn insert(
     conn: &mut PgConnection,
     v: &NewVersion<'_>,
@@ -93,7 +95,8 @@ pub async fn insert(
            VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $9) RETURNING ",
         version_columns!(),
         "), t AS (
-           INSERT INTO document_texts (document_id, version, text) SELECT id, version, $10 FROM d)
+           INSERT INTO document_texts (document_id, version, text) SELECT id, version, $10 FROM d), j AS (
+           INSERT INTO job_outbox (document_id, version) SELECT id, version FROM d)
          SELECT ",
         version_columns!(),
         " FROM d"
@@ -158,7 +161,18 @@ pub async fn refuse_unconvertible(
     Ok(())
 }
 
-/// Marks a version `failed` (its job could not be queued) and drops its raw text.
+/// Removes the outbox entry of a version whose job JetStream has stored.
+pub async fn job_queued(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM job_outbox WHERE document_id = $1 AND version = $2")
+        .bind(id)
+        .bind(version)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Marks a version `failed` (its job could not be queued) and drops its raw text and the
+/// outbox entry of its job.
 pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
@@ -169,6 +183,11 @@ pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sq
     .execute(&mut *tx)
     .await?;
     sqlx::query("DELETE FROM document_texts WHERE document_id = $1 AND version = $2")
+        .bind(id)
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM job_outbox WHERE document_id = $1 AND version = $2")
         .bind(id)
         .bind(version)
         .execute(&mut *tx)

@@ -1,6 +1,8 @@
 //! The worker's reads and writes: the pipeline of a group, the group's versions with their
-//! texts, the set-based store of a group in one transaction, and the sweep of versions pending
-//! too long.
+//! texts, the set-based store of a group in one transaction, the sweep of versions pending
+//! too long, and the outbox of jobs whose publication was never confirmed.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -309,4 +311,64 @@ pub async fn fail_stale_pending(pool: &Pool) -> Result<u64, sqlx::Error> {
         .await?;
     tx.commit().await?;
     Ok(failed.len() as u64)
+}
+
+/// The job of a pending version whose publication was never confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct UnconfirmedJob {
+    pub pipeline_id: Uuid,
+    pub document_id: Uuid,
+    pub version: i64,
+}
+
+/// Claims, for one sweep, at most `limit` outbox entries older than `after` that no sweep
+/// claimed within `after`, and returns the jobs of those whose versions are still `pending`
+/// (the entries of the others, processed or failed meanwhile, are dropped). Rows another sweep
+/// holds are skipped, and a claimed row is not claimed again for `after`: the job of a version
+/// is published again at most once per `after`, even by many workers, and again after that
+/// only if its entry is still there (the publish failed).
+pub async fn claim_unconfirmed_jobs(
+    pool: &Pool,
+    after: Duration,
+    limit: i64,
+) -> Result<Vec<UnconfirmedJob>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH due AS (
+             SELECT document_id, version FROM job_outbox
+             WHERE created_at < now() - make_interval(secs => $1)
+               AND (attempted_at IS NULL OR attempted_at < now() - make_interval(secs => $1))
+             ORDER BY created_at LIMIT $2
+             FOR UPDATE SKIP LOCKED
+         ), moot AS (
+             DELETE FROM job_outbox o USING due, documents d
+             WHERE o.document_id = due.document_id AND o.version = due.version
+               AND d.id = o.document_id AND d.version = o.version AND d.status <> 'pending'
+         )
+         UPDATE job_outbox o SET attempted_at = now()
+         FROM due, documents d
+         WHERE o.document_id = due.document_id AND o.version = due.version
+           AND d.id = o.document_id AND d.version = o.version AND d.status = 'pending'
+         RETURNING d.pipeline_id, o.document_id, o.version",
+    )
+    .bind(after.as_secs_f64())
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Removes the outbox entries of versions whose jobs JetStream has stored.
+pub async fn forget_queued_jobs(
+    pool: &Pool,
+    ids: &[Uuid],
+    versions: &[i64],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM job_outbox o USING unnest($1::uuid[], $2::bigint[]) AS j (id, version)
+         WHERE o.document_id = j.id AND o.version = j.version",
+    )
+    .bind(ids)
+    .bind(versions)
+    .execute(pool)
+    .await?;
+    Ok(())
 }

@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "agents_llms",
         sql: include_str!("../../migrations/0009_agents_llms.sql"),
     },
+    Migration {
+        version: 10,
+        name: "job_outbox",
+        sql: include_str!("../../migrations/0010_job_outbox.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -150,6 +150,9 @@ pub struct AppOptions {
     pub redelivery_delay: Option<std::time::Duration>,
     /// Shorter ack wait (default Trove's, 20 s), to test a worker killed before acknowledging.
     pub ack_wait: Option<std::time::Duration>,
+    /// Shorter delay after which the sweep publishes again the job of a version never
+    /// confirmed queued (default Trove's, 60 s).
+    pub republish_after: Option<std::time::Duration>,
 }
 
 /// Starts an app on a fresh database.
@@ -201,6 +204,9 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
             .redelivery_delay
             .unwrap_or(std::time::Duration::from_secs(10)),
         ack_wait: options.ack_wait.unwrap_or(trove::config::DEFAULT_ACK_WAIT),
+        republish_after: options
+            .republish_after
+            .unwrap_or(trove::config::DEFAULT_REPUBLISH_AFTER),
     };
     let queue = config.queue.clone();
     let app = Application::build(config)

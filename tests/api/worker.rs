@@ -14,7 +14,7 @@ use trove::store::ingestion::fail_stale_pending as sweep;
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, TestApp, assert_error, data_of, metric_value, spawn_app_with,
+    AppOptions, TestApp, assert_error, assert_utc_timestamp, data_of, metric_value, spawn_app_with,
     spawn_app_without_worker, str_of, uuid_of, worker_metric,
 };
 
@@ -943,6 +943,11 @@ async fn a_job_that_cannot_be_queued_leaves_the_version_failed() {
     assert_eq!(listed[0]["status"], "failed");
     assert_eq!(status_of(&app, &listed[0]).await, "failed");
     assert_eq!(raw_texts(&app, &listed[0]).await, 0, "raw text dropped");
+    assert_eq!(
+        outbox_entries(&app, &listed[0]).await,
+        0,
+        "nothing to publish again"
+    );
     assert_eq!(app.api_metric("service_document_queue_added").await, 1.0);
     eprintln!(
         "nats unreachable: app start {spawned:?}, submission {submission:?}, total {:?}",
@@ -1001,6 +1006,235 @@ async fn the_sweep_fails_versions_pending_for_more_than_24_hours() {
         0.0,
         "the sweep adds nothing to failed"
     );
+}
+
+/// An app without worker whose sweep publishes again the jobs unconfirmed for 1 second.
+async fn app_republishing_after_a_second() -> TestApp {
+    spawn_app_with(AppOptions {
+        no_worker: true,
+        republish_after: Some(Duration::from_secs(1)),
+        ..AppOptions::default()
+    })
+    .await
+}
+
+/// Outbox entries (jobs not confirmed queued) of one version.
+async fn outbox_entries(app: &TestApp, version: &Value) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM job_outbox WHERE document_id = $1 AND version = $2")
+        .bind(uuid_of(version, "id"))
+        .bind(version["version"].as_i64().unwrap())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// Puts back the outbox entry of a submitted version, as when its submission published the
+/// job but stopped before recording it.
+async fn unconfirm(app: &TestApp, version: &Value) {
+    sqlx::query("INSERT INTO job_outbox (document_id, version, created_at) VALUES ($1, $2, $3)")
+        .bind(uuid_of(version, "id"))
+        .bind(version["version"].as_i64().unwrap())
+        .bind(assert_utc_timestamp(&version["created_at"]))
+        .execute(&app.pool)
+        .await
+        .unwrap();
+}
+
+/// Stores a version exactly as a submission commits it (`pending`, its encrypted text and its
+/// outbox entry) without publishing its job: the state a process killed between the commit
+/// and the publish leaves. Returns the version as the API shows it.
+async fn commit_without_publishing(app: &TestApp, pid: &str, external_identifier: &str) -> Value {
+    let text = long_text("jetsam");
+    let encrypted = app.state.cipher.encrypt(text.as_bytes());
+    let now = chrono::Utc::now();
+    let mut tx = app.pool.begin().await.unwrap();
+    let row = trove::store::documents::insert(
+        &mut tx,
+        &trove::store::documents::NewVersion {
+            id: Uuid::now_v7(),
+            version: now.timestamp_micros(),
+            created_at: now,
+            pipeline_id: Uuid::parse_str(pid).unwrap(),
+            external_identifier,
+            classification: "public",
+            metadata: &json!({}),
+            text_splitter_id: None,
+            expire_older_versions: true,
+            encrypted_text: &encrypted,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    serde_json::to_value(row).unwrap()
+}
+
+#[tokio::test]
+async fn a_version_whose_job_was_never_published_is_processed_after_the_republish_delay() {
+    let app = app_republishing_after_a_second().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let worker = app.worker().await;
+    let stranded = commit_without_publishing(&app, &pid, "stranded").await;
+    let committed = Instant::now();
+    assert_eq!(stranded["status"], "pending");
+    assert_eq!(outbox_entries(&app, &stranded).await, 1);
+    // No job exists, and a version just committed is left to its own publish.
+    assert_eq!(step(&worker).await.jobs, 0);
+    assert_eq!(worker.republish_unconfirmed().await.unwrap(), 0);
+
+    // The worker's own loop (step loops and sweep) processes it once the delay has passed,
+    // without any new submission.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(worker.clone().run(1, stopped));
+    while status_of(&app, &stranded).await == "pending" {
+        assert!(
+            committed.elapsed() < Duration::from_secs(15),
+            "the stranded version was not processed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let processed = committed.elapsed();
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(processed >= Duration::from_secs(1), "{processed:?}");
+    eprintln!("a version whose job was never published processed after {processed:?}");
+    assert_eq!(status_of(&app, &stranded).await, "success");
+    assert_one_fragment_set(&app, &stranded).await;
+    assert_eq!(outbox_entries(&app, &stranded).await, 0);
+    assert_eq!(worker_metric(&worker, SUCCESS), 1.0);
+    assert_eq!(worker_metric(&worker, SKIP), 0.0);
+    // Nothing else was queued.
+    assert_eq!(step(&worker).await.jobs, 0);
+    assert_eq!(worker.republish_unconfirmed().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_submission_confirms_its_job_and_nothing_is_published_again() {
+    let app = app_republishing_after_a_second().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let worker = app.worker().await;
+    let version = app.submit_text(&pid, "doc", &long_text("buoy")).await;
+    assert_eq!(outbox_entries(&app, &version).await, 0, "confirmed queued");
+    // Pending (no worker ran) beyond the delay: its job is in the queue, so none is added.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(worker.republish_unconfirmed().await.unwrap(), 0);
+    assert_eq!(
+        step(&worker).await,
+        StepOutcome {
+            jobs: 1,
+            stored: 1,
+            skipped: 0,
+            failed: 0
+        }
+    );
+    assert_eq!(step(&worker).await.jobs, 0);
+}
+
+#[tokio::test]
+async fn a_job_queued_twice_by_the_sweep_is_processed_once() {
+    let app = app_republishing_after_a_second().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let worker = app.worker().await;
+    // Published and already processed, but the submission stopped before recording the
+    // publish: nothing is queued again.
+    let done = app.submit_text(&pid, "done", &long_text("anchor")).await;
+    assert_eq!(step(&worker).await.stored, 1);
+    unconfirm(&app, &done).await;
+    let fragments_of_done = assert_one_fragment_set(&app, &done).await;
+    // Published, not processed yet, and the same: the sweep cannot tell, and queues the job a
+    // second time.
+    let waiting = app
+        .submit_text(&pid, "waiting", &long_text("mooring"))
+        .await;
+    unconfirm(&app, &waiting).await;
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Two sweeps at once (two workers): each job is published again once.
+    let other = app.worker().await;
+    let (first, second) = tokio::join!(
+        worker.republish_unconfirmed(),
+        other.republish_unconfirmed()
+    );
+    assert_eq!(
+        first.unwrap() + second.unwrap(),
+        1,
+        "only the waiting version's job"
+    );
+    assert_eq!(outbox_entries(&app, &waiting).await, 0);
+    assert_eq!(
+        outbox_entries(&app, &done).await,
+        0,
+        "a processed version's entry is dropped"
+    );
+    assert_eq!(worker.republish_unconfirmed().await.unwrap(), 0);
+
+    // Two jobs for one version: stored once, the second delivery skipped.
+    assert_eq!(
+        step(&worker).await,
+        StepOutcome {
+            jobs: 2,
+            stored: 1,
+            skipped: 1,
+            failed: 0
+        }
+    );
+    assert_eq!(status_of(&app, &waiting).await, "success");
+    assert_one_fragment_set(&app, &waiting).await;
+    assert_eq!(
+        assert_one_fragment_set(&app, &done).await,
+        fragments_of_done
+    );
+    assert_eq!(step(&worker).await.jobs, 0, "both acknowledged");
+}
+
+#[tokio::test]
+async fn an_unconfirmed_job_is_claimed_at_most_once_per_republish_delay() {
+    use trove::store::ingestion::{claim_unconfirmed_jobs, forget_queued_jobs};
+    let app = app_republishing_after_a_second().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let stranded = commit_without_publishing(&app, &pid, "stranded").await;
+    let after = Duration::from_secs(1);
+    assert!(
+        claim_unconfirmed_jobs(&app.pool, after, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "too recent"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let claimed = claim_unconfirmed_jobs(&app.pool, after, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].document_id, uuid_of(&stranded, "id"));
+    assert_eq!(claimed[0].pipeline_id.to_string(), pid);
+    // Claimed (its publish failed, say): not again within the delay, but after it.
+    assert!(
+        claim_unconfirmed_jobs(&app.pool, after, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        claim_unconfirmed_jobs(&app.pool, after, 10).await.unwrap(),
+        claimed
+    );
+    forget_queued_jobs(&app.pool, &[claimed[0].document_id], &[claimed[0].version])
+        .await
+        .unwrap();
+    assert_eq!(outbox_entries(&app, &stranded).await, 0);
+    // A deleted document takes its entry with it.
+    let gone = commit_without_publishing(&app, &pid, "gone").await;
+    let reply = app
+        .delete(&format!(
+            "/pipelines/{pid}/documents/{}",
+            str_of(&gone, "id")
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert_eq!(outbox_entries(&app, &gone).await, 0);
 }
 
 /// A free local port (bound, then released).
