@@ -291,8 +291,17 @@ pub async fn expire(
 }
 
 /// Deletes every version, fragment, vector and raw text of a document.
+///
+/// The pipeline's row is locked first (shared), as a pipeline delete locks it (exclusively)
+/// before dropping the vector table: otherwise the pipeline delete could hold the vector
+/// table while this delete holds the fragments whose vectors it removes, each waiting for the
+/// other.
 pub async fn delete(pool: &PgPool, pipeline_id: Uuid, id: Uuid) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    sqlx::query("SELECT 1 FROM pipelines WHERE id = $1 FOR KEY SHARE")
+        .bind(pipeline_id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("DELETE FROM fragments WHERE document_id = $1 AND pipeline_id = $2")
         .bind(id)
         .bind(pipeline_id)

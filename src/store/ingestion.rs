@@ -128,6 +128,12 @@ pub async fn store_group(
         return Ok(Vec::new());
     }
     let mut tx = pool.begin().await?;
+    // The pipeline's row first, as document deletes do: a pipeline delete (which locks it
+    // exclusively before dropping the vector table) waits for the group, or the group for it.
+    sqlx::query("SELECT 1 FROM pipelines WHERE id = $1 FOR KEY SHARE")
+        .bind(pipeline_id)
+        .execute(&mut *tx)
+        .await?;
     let (ids, numbers): (Vec<Uuid>, Vec<i64>) =
         versions.iter().map(|v| (v.document_id, v.version)).unzip();
     let pending: Vec<(Uuid, i64)> = sqlx::query_as(

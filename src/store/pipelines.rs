@@ -431,6 +431,12 @@ pub async fn delete(
     vector_embedding_id: Option<Uuid>,
 ) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
+    // First the pipeline's row, which document deletes lock too (see `documents::delete`):
+    // they finish before the vector table is dropped.
+    sqlx::query("SELECT 1 FROM pipelines WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     if let Some(ve) = vector_embedding_id {
         super::vectors::drop_table(&mut tx, ve).await?;
     }
