@@ -98,6 +98,10 @@ impl Acceptor for WatchedAcceptor {
 
     async fn accept(&mut self) -> io::Result<(WatchedStream, LocalAddr, RemoteAddr, Scheme)> {
         let (io, local_addr, remote_addr, scheme) = self.inner.accept().await?;
+        // Streamed answers are many small writes: under Nagle's algorithm each one after the
+        // head waits for the client's delayed ACK (40 ms on Linux). Best effort: a connection
+        // that refuses it is still served.
+        let _ = io.set_nodelay(true);
         let (closed, receiver) = watch::channel(false);
         let addr = remote_addr.as_socket_addr().copied();
         if let Some(addr) = addr {
