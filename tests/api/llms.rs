@@ -849,6 +849,37 @@ async fn query_deltas_arrive_before_the_answer_is_complete() {
 }
 
 #[tokio::test]
+async fn sse_events_arrive_before_the_answer_is_complete() {
+    let app = spawn_app().await;
+    let fake = FakeLlm::start().await;
+    let id = openai_llm(&app, &fake, json!({})).await;
+    fake.script(Answer::default().hold_after_first());
+
+    let mut response = query(&app, &id, &json!({"prompt": "hi", "stream": "sse"})).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(content_type(&response), "text/event-stream");
+    let mut buffer = Vec::new();
+    // The fake holds after its first chunk: this event can only come from incremental delivery.
+    read_until(&mut response, &mut buffer, |b| {
+        b.windows(2).any(|w| w == b"\n\n")
+    })
+    .await;
+    let first = String::from_utf8(buffer.clone()).expect("UTF-8");
+    assert_eq!(
+        sse_events(&first),
+        vec![("delta".to_owned(), json!({"content": "Hello"}))]
+    );
+
+    fake.release();
+    let rest = within(response.bytes()).await.expect("rest of the body");
+    buffer.extend_from_slice(&rest);
+    let events = sse_events(&String::from_utf8(buffer).expect("UTF-8"));
+    assert_eq!(events.len(), 5, "{events:?}");
+    assert_eq!(events[4].0, "done");
+    assert_eq!(events[4].1["finish_reason"], "stop");
+}
+
+#[tokio::test]
 async fn query_parameters_are_merged_over_the_llms() {
     let app = spawn_app().await;
     let fake = FakeLlm::start().await;
