@@ -6,6 +6,13 @@
 //! (`model` is `hash` (default) or `local` for all-MiniLM-L6-v2 from `TROVE_MODELS_DIR`; with
 //! `local`, the same fragments are then embedded by the model alone, in the worker's groups
 //! of 100 documents, and the ratio of the two times is printed).
+//!
+//! The pipeline has three classifications and the documents are spread over them. With
+//! `--search-after`, as soon as the last version is `success`, similarity (k 5) and MMR (k 5,
+//! fetch_k 20) searches naming all three classifications run in turn for 20 s, with the p50 of
+//! each per 2-second window; then the `EXPLAIN (ANALYZE, BUFFERS)` of the similarity statement
+//! (built as the service builds it) and the table statistics are printed; then `ANALYZE` of
+//! `fragments` and of the vector table, 10 s more of searches, and the plan again.
 
 #![expect(
     clippy::unwrap_used,
@@ -24,6 +31,9 @@ use trove::startup::Application;
 use uuid::Uuid;
 
 const SECRET: &str = "BenchBenchBenchBenchBenchBenchBenchBenchBench+/0";
+
+/// The pipeline's classifications; document `i` has the `i % 3`-th.
+const CLASSIFICATIONS: [&str; 3] = ["public", "internal", "restricted"];
 
 fn words(seed: usize, count: usize) -> String {
     const VOCABULARY: [&str; 24] = [
@@ -51,6 +61,7 @@ async fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    let search_after = std::env::args().any(|a| a == "--search-after");
     let documents: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let model = args.get(1).cloned().unwrap_or_else(|| "hash".to_owned());
     let admin = std::env::var("TROVE_TEST_DATABASE_URL")
@@ -153,7 +164,7 @@ async fn main() {
     .unwrap();
     let pipeline: Value = call(reqwest::Method::POST, "/pipelines")
         .json(&json!({"name": "bench", "embedding_model_id": model_id, "default_text_splitter_id": splitters["data"][0]["id"],
-                      "classifications": ["c"], "has_full_text_search": true}))
+                      "classifications": CLASSIFICATIONS, "has_full_text_search": true}))
         .send().await.unwrap().json().await.unwrap();
     let pid = pipeline["id"]
         .as_str()
@@ -170,7 +181,8 @@ async fn main() {
     for i in 0..documents {
         let permit = gate.clone().acquire_owned().await.unwrap();
         let request = call(reqwest::Method::POST, &format!("/pipelines/{pid}/documents"))
-            .json(&json!({"external_identifier": format!("doc-{i}"), "classification": "c", "text": document(i)}));
+            .json(&json!({"external_identifier": format!("doc-{i}"),
+                          "classification": CLASSIFICATIONS[i % CLASSIFICATIONS.len()], "text": document(i)}));
         tasks.push(tokio::spawn(async move {
             let status = request.send().await.map(|r| r.status()).ok();
             drop(permit);
@@ -219,6 +231,19 @@ async fn main() {
     if model == "local" {
         embedder_alone(documents, seconds);
     }
+    if search_after {
+        let search = |body: Value| {
+            call(reqwest::Method::POST, &format!("/pipelines/{pid}/search")).json(&body)
+        };
+        searches_after_ingestion(
+            &search,
+            &mut db,
+            &format!("{root}/{database}"),
+            &pid,
+            documents,
+        )
+        .await;
+    }
     drop(db);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
@@ -226,6 +251,149 @@ async fn main() {
     .execute(&mut conn)
     .await
     .ok();
+}
+
+/// Searches run one after another for `seconds`, alternating similarity and MMR; prints the p50
+/// of each per 2-second window.
+async fn search_windows<F>(search: &F, query: &str, seconds: u64)
+where
+    F: Fn(Value) -> reqwest::RequestBuilder,
+{
+    const WINDOW: Duration = Duration::from_secs(2);
+    let bodies = [
+        json!({"query": query, "type": "similarity", "classification": CLASSIFICATIONS, "params": {"k": 5}}),
+        json!({"query": query, "type": "mmr", "classification": CLASSIFICATIONS, "params": {"k": 5, "fetch_k": 20}}),
+    ];
+    let started = Instant::now();
+    let mut windows: Vec<[Vec<f64>; 2]> = Vec::new();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        for (kind, body) in bodies.iter().enumerate() {
+            let at = started.elapsed();
+            let sent = Instant::now();
+            let reply = search(body.clone()).send().await.unwrap();
+            let status = reply.status();
+            let text = reply.text().await.unwrap();
+            assert!(status.is_success(), "search: {status} {text}");
+            let ms = sent.elapsed().as_secs_f64() * 1000.0;
+            let window = usize::try_from(at.as_millis() / WINDOW.as_millis()).unwrap();
+            if windows.len() <= window {
+                windows.resize_with(window + 1, Default::default);
+            }
+            windows[window][kind].push(ms);
+        }
+    }
+    let p50 = |samples: &mut Vec<f64>| {
+        samples.sort_by(f64::total_cmp);
+        samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    for (i, [similarity, mmr]) in windows.iter_mut().enumerate() {
+        println!(
+            "  {:>2}–{:>2} s: similarity p50 {:>6.2} ms ({:>3} searches), mmr p50 {:>6.2} ms ({:>3})",
+            i * 2,
+            i * 2 + 2,
+            p50(similarity),
+            similarity.len(),
+            p50(mmr),
+            mmr.len()
+        );
+    }
+}
+
+/// `reltuples` and `relpages` of `fragments` and of the vector table, and when they were
+/// last analysed.
+async fn print_statistics(db: &mut PgConnection, vector_table: &str) {
+    let rows: Vec<(String, f32, i32, Option<i64>, bool)> = sqlx::query_as(
+        "SELECT c.relname::text, c.reltuples, c.relpages, s.n_mod_since_analyze,
+                (s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL)
+         FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+         WHERE c.relname IN ('fragments', $1) ORDER BY c.relname",
+    )
+    .bind(vector_table)
+    .fetch_all(db)
+    .await
+    .unwrap();
+    for (name, tuples, pages, modified, analysed) in rows {
+        println!(
+            "  {name}: reltuples {tuples}, relpages {pages}, rows modified since analysed {}, analysed {analysed}",
+            modified.unwrap_or(-1)
+        );
+    }
+}
+
+/// The `EXPLAIN (ANALYZE, BUFFERS)` of the similarity statement of `query` (k 5 over every
+/// classification), built as the service builds it, on a connection set up as the service's.
+async fn explain_similarity(pool: &sqlx::PgPool, pid: Uuid, ve: Uuid, query: &str) {
+    use trove::retrieval::search::{DistanceStrategy, NearestPath, VectorQuery, nearest_plan};
+    let classifications: Vec<String> = CLASSIFICATIONS.iter().map(|c| (*c).to_owned()).collect();
+    let scope = trove::retrieval::search::Scope {
+        pipeline_id: pid,
+        classifications: &classifications,
+        filter: None,
+    };
+    let vector = trove::providers::hash_embedding::hash_embedding(query, 384);
+    let vector_query = VectorQuery {
+        vector_embedding_id: ve,
+        vector: &vector,
+        strategy: DistanceStrategy::Cosine,
+        unit_vectors: true,
+        estimated_rows: 0.0,
+        path: NearestPath::Index,
+    };
+    let plan = nearest_plan(&scope, &vector_query, None, 5, false).unwrap();
+    let lines: Vec<(String,)> = sqlx::query_as_with(
+        sqlx::AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS) {}", plan.sql)),
+        plan.arguments,
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    for (line,) in lines {
+        println!("    {line}");
+    }
+}
+
+/// The `--search-after` phase (see the top of the file).
+async fn searches_after_ingestion<F>(
+    search: &F,
+    db: &mut PgConnection,
+    url: &str,
+    pid: &str,
+    documents: usize,
+) where
+    F: Fn(Value) -> reqwest::RequestBuilder,
+{
+    let pid: Uuid = pid.parse().unwrap();
+    let ve: Uuid = sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1")
+        .bind(pid)
+        .fetch_one(&mut *db)
+        .await
+        .unwrap();
+    let vector_table = trove::store::vectors::table_name(ve);
+    let pool = trove::store::connect_lazy(url, 1).unwrap();
+    // A document-like text that is none of the documents.
+    let query = document(documents + 17);
+    println!("statistics when the last version is success:");
+    print_statistics(db, &vector_table).await;
+    println!("plan of the similarity statement:");
+    explain_similarity(&pool, pid, ve, &query).await;
+    println!("searches right after ingestion (all three classifications):");
+    search_windows(search, &query, 20).await;
+    println!("statistics after them:");
+    print_statistics(db, &vector_table).await;
+    println!("plan of the similarity statement:");
+    explain_similarity(&pool, pid, ve, &query).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ANALYZE fragments; ANALYZE {vector_table}"
+    )))
+    .execute(&mut *db)
+    .await
+    .unwrap();
+    println!("after ANALYZE:");
+    print_statistics(db, &vector_table).await;
+    search_windows(search, &query, 10).await;
+    println!("plan of the similarity statement:");
+    explain_similarity(&pool, pid, ve, &query).await;
+    pool.close().await;
 }
 
 /// The time all-MiniLM-L6-v2 alone needs for the same fragments (split in process with the
