@@ -10,6 +10,11 @@
 //! marked in progress every third of the ack wait, so JetStream never gives a live worker's slow
 //! batch to another worker; the jobs of a worker that dies come back within the ack wait.
 //!
+//! After storing a group, the worker analyses `fragments` and the association's vector table
+//! when the group made their planner statistics stale (see [`statistics_stale`]), so searches
+//! right after an ingestion are planned on statistics that know the rows, not a minute later
+//! when autovacuum analyses them.
+//!
 //! Beside the step loops, a sweep fails versions pending for 24 hours and publishes again the
 //! jobs of pending versions never confirmed queued (a submission that stopped between its
 //! commit and its publish), so no version waits for a job that does not exist.
@@ -33,7 +38,8 @@ use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_
 use crate::providers::splitting::TextSplitting;
 use crate::store::Pool;
 use crate::store::ingestion::{
-    self, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob, VectorTable,
+    self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob,
+    VectorTable,
 };
 
 /// Jobs fetched at most per batch (interface: up to 100).
@@ -41,6 +47,21 @@ pub const BATCH_SIZE: usize = 100;
 
 /// Outbox entries a sweep claims at once.
 const REPUBLISH_BATCH: i64 = 500;
+
+/// Share of a table's analysed rows that one group may add before the worker analyses it.
+pub const STALE_SHARE: f64 = 0.2;
+
+/// Whether a group that added `added` rows to a table whose statistics count `reltuples` rows
+/// (`pg_class.reltuples`, negative when never analysed) made them stale: never analysed, or
+/// the group added more than [`STALE_SHARE`] of the rows counted. Until a table is first
+/// analysed the planner takes it for nearly empty, and walks `fragments` with a sort instead
+/// of the HNSW index (10–15 ms against 1.3 ms at 8,000 fragments); once it is analysed, the
+/// planner scales the counted rows by the table's current size. The rule analyses only while
+/// a table holds fewer than five groups' rows, so an analysis reads at most about six groups'
+/// rows, and large tables are left to autovacuum.
+pub fn statistics_stale(reltuples: f32, added: u64) -> bool {
+    reltuples < 0.0 || added as f64 > STALE_SHARE * f64::from(reltuples)
+}
 
 /// What one step did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -373,6 +394,13 @@ impl Worker {
                 delivery.ack().await;
             }
         }
+        let added: usize = prepared
+            .iter()
+            .zip(&stored)
+            .filter(|(_, stored)| **stored)
+            .map(|(p, _)| p.fragments.len())
+            .sum();
+        self.refresh_statistics(&pipeline, added).await;
         for (p, was_stored) in prepared.iter().zip(&stored) {
             if !was_stored || p.fragments.is_empty() {
                 // Not pending any more, or an empty text (success, counted as skipped).
@@ -586,6 +614,37 @@ impl Worker {
         Ok(ingestion::store_group(&self.pool, pipeline_id, vector_table, &versions).await?)
     }
 
+    /// Analyses the tables a stored group grew (`fragments`, and the association's vector
+    /// table) whose statistics it made stale ([`statistics_stale`]), each in its own
+    /// statement after the group's transaction. A failure only logs a warning: the group is
+    /// stored, and autovacuum analyses the tables later.
+    async fn refresh_statistics(&self, pipeline: &PipelineForWork, added: usize) {
+        if added == 0 {
+            return;
+        }
+        let added = u64::try_from(added).unwrap_or(u64::MAX);
+        let mut tables = vec![GrownTable::Fragments];
+        if let (Some(vector_embedding_id), Some(_)) = (pipeline.ve_id, pipeline.dimensions) {
+            tables.push(GrownTable::Vectors(vector_embedding_id));
+        }
+        let rows = match ingestion::analysed_rows(&self.pool, &tables).await {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::warn!(%error, "reading table statistics failed; autovacuum will analyse");
+                return;
+            }
+        };
+        for (table, reltuples) in tables.into_iter().zip(rows) {
+            let Some(reltuples) = reltuples else { continue };
+            if !statistics_stale(reltuples, added) {
+                continue;
+            }
+            if let Err(error) = ingestion::analyze(&self.pool, table).await {
+                tracing::warn!(%error, table = %table.name(), "ANALYZE after a group failed; autovacuum will analyse");
+            }
+        }
+    }
+
     /// Runs `concurrency` step loops (each fetching and processing its own batch, so that one
     /// batch is split and embedded while another is stored) and the sweeper until `shutdown`
     /// turns true. A batch being processed is finished first.
@@ -735,4 +794,45 @@ async fn load_splitter(pool: &Pool, id: Uuid) -> Result<trove_text::SplitterConf
 /// minute), so a stranded version waits at most 1¼ of that delay.
 fn republish_interval(republish_after: Duration) -> Duration {
     (republish_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_never_analysed_or_grown_by_more_than_a_fifth_is_stale() {
+        // Never analysed: stale whatever the group added.
+        assert!(statistics_stale(-1.0, 1));
+        assert!(statistics_stale(-1.0, 10_000));
+        // Analysed empty: any row makes it stale.
+        assert!(statistics_stale(0.0, 1));
+        // More than a fifth of the rows counted.
+        assert!(statistics_stale(1_000.0, 201));
+        assert!(statistics_stale(400.0, 400));
+        // Up to a fifth: fresh enough.
+        assert!(!statistics_stale(1_000.0, 200));
+        assert!(!statistics_stale(1_000.0, 1));
+        assert!(!statistics_stale(1_000_000.0, 400));
+        // A group that added nothing changes nothing.
+        assert!(!statistics_stale(0.0, 0));
+        assert!(!statistics_stale(1_000.0, 0));
+    }
+
+    #[test]
+    fn groups_of_one_size_analyse_a_table_until_it_holds_five_of_them() {
+        // The rows counted after each analysis, for groups of 400 rows.
+        let mut reltuples = -1.0_f32;
+        let mut rows = 0.0_f32;
+        let mut analyses = 0;
+        for _ in 0..100 {
+            rows += 400.0;
+            if statistics_stale(reltuples, 400) {
+                analyses += 1;
+                reltuples = rows;
+            }
+        }
+        assert_eq!(analyses, 5);
+        assert!((reltuples - 2_000.0).abs() < f32::EPSILON);
+    }
 }

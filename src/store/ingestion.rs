@@ -1,11 +1,13 @@
 //! The worker's reads and writes: the pipeline of a group, the group's versions with their
-//! texts, the set-based store of a group in one transaction, the sweep of versions pending
-//! too long, and the outbox of jobs whose publication was never confirmed.
+//! texts, the set-based store of a group in one transaction, the planner statistics of the
+//! tables a group grew, the sweep of versions pending too long, and the outbox of jobs whose
+//! publication was never confirmed.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use super::{Pool, vectors};
@@ -209,6 +211,55 @@ pub async fn store_group(
     expire_older_versions(&mut tx, versions, &stored).await?;
     tx.commit().await?;
     Ok(stored)
+}
+
+/// A table a group grows, whose planner statistics the worker may refresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrownTable {
+    /// `fragments`.
+    Fragments,
+    /// An association's vector table.
+    Vectors(Uuid),
+}
+
+impl GrownTable {
+    /// The table's name: `fragments`, or the vector table's, rendered from its UUID (never
+    /// from input).
+    pub fn name(self) -> String {
+        match self {
+            Self::Fragments => "fragments".to_owned(),
+            Self::Vectors(vector_embedding_id) => vectors::table_name(vector_embedding_id),
+        }
+    }
+}
+
+/// `pg_class.reltuples` of each table, in order: the rows its last analysis (or vacuum)
+/// counted, negative when it was never analysed; `None` for a table that no longer exists.
+pub async fn analysed_rows(
+    pool: &Pool,
+    tables: &[GrownTable],
+) -> Result<Vec<Option<f32>>, sqlx::Error> {
+    let names: Vec<String> = tables.iter().map(|t| t.name()).collect();
+    sqlx::query_scalar(
+        "SELECT c.reltuples FROM unnest($1::text[]) WITH ORDINALITY AS t (name, n)
+         LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
+         ORDER BY t.n",
+    )
+    .bind(&names)
+    .fetch_all(pool)
+    .await
+}
+
+/// `ANALYZE` of a table, outside any transaction; skipped (with a server warning) when
+/// another analysis of it, or autovacuum, holds the table.
+pub async fn analyze(pool: &Pool, table: GrownTable) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ANALYZE (SKIP_LOCKED) {}",
+        table.name()
+    )))
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Older versions expire now that their successor succeeded.

@@ -189,3 +189,114 @@ async fn versions_expire_older_ones_when_processed() {
     assert_eq!(mismatch.status, StatusCode::BAD_REQUEST);
     assert_eq!(mismatch.message(), "Classification mismatch");
 }
+
+/// `pg_class.reltuples` of a table (negative until it is first analysed) and its row count.
+async fn counted_and_actual_rows(app: &TestApp, table: &str) -> (f32, i64) {
+    let reltuples: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)")
+            .bind(table)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let rows: i64 =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    (reltuples, rows)
+}
+
+/// The ids of the fragments of a similarity and an MMR search over both classifications, for
+/// each query.
+async fn found_fragments(app: &TestApp, pid: &str, queries: &[&str]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for query in queries {
+        for body in [
+            json!({"query": query, "type": "similarity", "classification": ["public", "internal"], "params": {"k": 4}}),
+            json!({"query": query, "type": "mmr", "classification": ["public", "internal"], "params": {"k": 3, "fetch_k": 8}}),
+        ] {
+            let reply = app.post(&format!("/pipelines/{pid}/search"), &body).await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            let ids: Vec<String> = reply
+                .body
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|hit| hit["id"].as_str().unwrap().to_owned())
+                .collect();
+            assert!(!ids.is_empty(), "{}", reply.text);
+            found.push(ids);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_worker_analyses_the_tables_a_group_made_stale_and_searches_need_no_later_analysis() {
+    let app = app_without_worker().await;
+    let pipeline = create_pipeline(&app, json!({})).await;
+    let pid = pipeline["id"].as_str().unwrap();
+    let topics = [
+        "harbour ships unload copper at dawn",
+        "orchard apples ripen in late summer",
+        "granite bridges cross the river delta",
+        "winter lanterns light the market square",
+        "archive ledgers record every journal entry",
+        "forest paths wind toward the island meadow",
+    ];
+    let documents = 12;
+    for i in 0..documents {
+        let topic = topics[i % topics.len()];
+        let text = format!("{topic}. Record {i}.\n\n{topic} again, in other words {i}.");
+        let classification = if i % 2 == 0 { "public" } else { "internal" };
+        let reply = app
+            .submit(
+                pid,
+                &json!({"external_identifier": format!("d{i}"), "classification": classification, "text": text}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    }
+    let mut stored = 0;
+    for _ in 0..10 {
+        stored += step(&app).await.stored;
+        if stored == documents {
+            break;
+        }
+    }
+    assert_eq!(stored, documents);
+
+    // Right after the step, without waiting for autovacuum (a minute), both tables are
+    // analysed: their statistics count every row.
+    let ve: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
+            .bind(pid)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let vector_table = trove::store::vectors::table_name(ve);
+    for table in ["fragments", vector_table.as_str()] {
+        let (reltuples, rows) = counted_and_actual_rows(&app, table).await;
+        assert!(rows > 0, "{table} has rows");
+        assert!(
+            reltuples >= 0.0,
+            "{table} is analysed: reltuples {reltuples}"
+        );
+        assert!(
+            (f64::from(reltuples) - rows as f64).abs() < 0.5,
+            "{table}: reltuples {reltuples}, {rows} rows"
+        );
+    }
+
+    // Searches now return what they return after a manual ANALYZE.
+    let queries = ["copper harbour", "apples in summer", "lanterns in winter"];
+    let before = found_fragments(&app, pid, &queries).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ANALYZE fragments; ANALYZE {vector_table}"
+    )))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let after = found_fragments(&app, pid, &queries).await;
+    assert_eq!(before, after);
+}
