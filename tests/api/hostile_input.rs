@@ -117,3 +117,70 @@ async fn forwarded_text_keeps_nul() {
     let sent: Value = fake.last_request().json();
     assert_eq!(sent["messages"][0]["content"], "a\u{0}b");
 }
+
+/// Postgres connections terminated under the service (`pg_terminate_backend`, as a restart or
+/// a failover does): requests answer the interface's statuses — a refused key check 401 and
+/// counted, a failed statement 500, never a 404 or 403 from a lookup that could not run — and
+/// the service recovers without a restart.
+#[tokio::test]
+async fn terminated_database_connections_are_outages_then_recovered() {
+    let app = spawn_app().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let paths = [
+        format!("/pipelines/{pid}"),
+        format!("/pipelines/{pid}/documents"),
+        "/api-keys".to_owned(),
+    ];
+    for path in &paths {
+        let reply = app.get(path).await;
+        assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text);
+    }
+
+    let terminated: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(&app.database)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(
+        terminated.iter().any(|t| *t),
+        "the service's connections were terminated"
+    );
+
+    let mut recovered = false;
+    let mut refused_keys = 0.0;
+    for _ in 0..20 {
+        let mut all_ok = true;
+        for path in &paths {
+            let reply = app.get(path).await;
+            assert!(
+                matches!(reply.status.as_u16(), 200 | 401 | 500),
+                "{path}: {} {}",
+                reply.status,
+                reply.text
+            );
+            if reply.status == StatusCode::UNAUTHORIZED {
+                assert_error(
+                    &reply,
+                    StatusCode::UNAUTHORIZED,
+                    "Invalid API Key or Secret",
+                );
+                refused_keys += 1.0;
+            }
+            all_ok &= reply.status == StatusCode::OK;
+        }
+        if all_ok {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "the service recovered without a restart");
+    // Every key check the outage refused was counted as one.
+    assert_eq!(
+        app.api_metric("trove_key_check_unavailable_total").await,
+        refused_keys
+    );
+}
