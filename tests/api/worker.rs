@@ -1383,3 +1383,123 @@ async fn concurrent_batches_store_every_version_once_and_stop_cleanly() {
     assert_eq!(worker_metric(&worker, SUCCESS), 240.0);
     assert_eq!(worker_metric(&worker, PROCESSED), 240.0);
 }
+
+/// A NATS server of this test's own, on a free port, with its JetStream store in a temporary
+/// folder kept across restarts.
+struct OwnNats {
+    port: u16,
+    store: std::path::PathBuf,
+    process: Option<std::process::Child>,
+}
+
+impl OwnNats {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let store = std::env::temp_dir().join(format!("trove-nats-{}", Uuid::new_v4().simple()));
+        let mut nats = Self {
+            port,
+            store,
+            process: None,
+        };
+        nats.restart();
+        nats
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn restart(&mut self) {
+        let child = std::process::Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.store)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server runs (scripts/test installs it)");
+        self.process = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
+
+/// NATS stopped during submissions: 500 `NATS error` and the version `failed`; once NATS is
+/// back, submissions are queued and processed again without restarting Trove.
+#[tokio::test]
+async fn submissions_recover_when_nats_comes_back() {
+    let mut nats = OwnNats::start();
+    let app = spawn_app_with(AppOptions {
+        env: HashMap::from([("TROVE_NATS_URL".to_owned(), nats.url())]),
+        ..AppOptions::default()
+    })
+    .await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let body = |id: &str| json!({"external_identifier": id, "classification": "public", "text": "queued text"});
+    let reply = app.submit(&pid, &body("before")).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+
+    nats.stop();
+    let reply = app.submit(&pid, &body("during")).await;
+    assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, "NATS error");
+    let listed = app
+        .get(&format!(
+            "/pipelines/{pid}/documents?external_identifier=during"
+        ))
+        .await;
+    assert_eq!(data_of(&listed)[0]["status"], "failed", "{}", listed.text);
+
+    nats.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = app.submit(&pid, &body("after")).await;
+        if reply.status == StatusCode::CREATED {
+            break;
+        }
+        assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, "NATS error");
+        assert!(Instant::now() < deadline, "submissions did not recover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = app
+            .get(&format!(
+                "/pipelines/{pid}/documents?external_identifier=after&status=success"
+            ))
+            .await;
+        if data_of(&done).len() == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the version after recovery was not processed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
