@@ -4,8 +4,7 @@
 //! [`ApiError::body`] are exhaustive matches, so a new variant forces a decision about its
 //! status and message. Messages are the interface's own, reproduced exactly.
 
-use poem::http::StatusCode;
-use poem::{Response, error::ResponseError};
+use http::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -345,46 +344,16 @@ impl ApiError {
         }
     }
 
-    /// The response for this error.
-    pub fn to_response(&self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
+    /// The JSON body `{"error": {"message", "details"?}}`; `None` for the plain-text errors
+    /// of §Errors "Responses without the JSON body" (their text is [`ApiError::message`]).
+    pub fn json_body(&self) -> Option<Value> {
+        let (message, details) = self.message_and_details()?;
+        let mut error = serde_json::Map::new();
+        error.insert("message".to_owned(), Value::String(message));
+        if let Some(details) = details {
+            error.insert("details".to_owned(), details);
         }
-        match self.message_and_details() {
-            Some((message, details)) => {
-                let mut error = serde_json::Map::new();
-                error.insert("message".to_owned(), Value::String(message));
-                if let Some(details) = details {
-                    error.insert("details".to_owned(), details);
-                }
-                let body = json!({ "error": Value::Object(error) });
-                Response::builder()
-                    .status(status)
-                    .content_type("application/json")
-                    .body(body.to_string())
-            }
-            None => {
-                let message = match self {
-                    Self::Plain { message, .. } => message.clone(),
-                    _ => String::new(),
-                };
-                Response::builder()
-                    .status(status)
-                    .content_type("text/plain; charset=utf-8")
-                    .body(message)
-            }
-        }
-    }
-}
-
-impl ResponseError for ApiError {
-    fn status(&self) -> StatusCode {
-        ApiError::status(self)
-    }
-
-    fn as_response(&self) -> Response {
-        self.to_response()
+        Some(json!({ "error": Value::Object(error) }))
     }
 }
 

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
+use poem::error::ResponseError;
 use poem::http::StatusCode;
 use poem::{IntoResponse, Response};
 use poem_openapi::ApiResponse;
@@ -14,6 +15,8 @@ use poem_openapi::registry::{
 use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
 use serde::Serialize;
 
+use crate::error::ApiError;
+
 use crate::service::Envelope;
 
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
@@ -22,7 +25,36 @@ fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
             .status(status)
             .content_type("application/json")
             .body(body),
-        Err(e) => crate::error::ApiError::Internal(e.to_string()).to_response(),
+        Err(e) => error_response(&ApiError::Internal(e.to_string())),
+    }
+}
+
+/// The response of an error: its status with the JSON error body, or plain text for the
+/// interface's responses without one. Server errors are logged.
+pub fn error_response(error: &ApiError) -> Response {
+    let status = error.status();
+    if status.is_server_error() {
+        tracing::error!(%error, "request failed");
+    }
+    match error.json_body() {
+        Some(body) => Response::builder()
+            .status(status)
+            .content_type("application/json")
+            .body(body.to_string()),
+        None => Response::builder()
+            .status(status)
+            .content_type("text/plain; charset=utf-8")
+            .body(error.message()),
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status(&self) -> StatusCode {
+        ApiError::status(self)
+    }
+
+    fn as_response(&self) -> Response {
+        error_response(self)
     }
 }
 

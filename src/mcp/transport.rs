@@ -253,7 +253,7 @@ impl Endpoint for McpEndpoint {
         .await
         {
             Ok(auth) => auth,
-            Err(error) => return Ok(error.to_response()),
+            Err(error) => return Ok(crate::http::respond::error_response(&error)),
         };
 
         // 3. Ending a session that does not exist (rmcp would answer 202).
