@@ -383,7 +383,7 @@ impl AgentsApi {
         let body = body.0;
         let change = AgentChange {
             name: body.name.take(),
-            description: body.description,
+            description: body.description.into(),
             prompt: body
                 .prompt
                 .take()

@@ -219,10 +219,10 @@ impl ApiKeysApi {
         let state = state(req)?;
         let body = body.0;
         let change = KeyChange {
-            name: body.name,
-            description: body.description,
-            active: body.active,
-            expiration: body.expiration,
+            name: body.name.into(),
+            description: body.description.into(),
+            active: body.active.into(),
+            expiration: body.expiration.into(),
         };
         Ok(Json(
             service::update(

@@ -170,13 +170,9 @@ impl EmbeddingApi {
         let state = state(req)?;
         let body = body.0;
         let change = ModelChange {
-            name: body.name,
-            description: body.description,
-            parameters: match body.parameters {
-                MaybeUndefined::Value(p) => MaybeUndefined::Value(to_map(p)),
-                MaybeUndefined::Null => MaybeUndefined::Null,
-                MaybeUndefined::Undefined => MaybeUndefined::Undefined,
-            },
+            name: body.name.into(),
+            description: body.description.into(),
+            parameters: body.parameters.map_value(to_map).into(),
         };
         Ok(Json(
             service::update(state, &auth.0, embedding_model_id.0, change).await?,

@@ -396,3 +396,14 @@ pub fn form_pairs(query: Option<&str>) -> Vec<(String, String)> {
         .into_owned()
         .collect()
 }
+
+impl<T> From<poem_openapi::types::MaybeUndefined<T>> for crate::service::Change<T> {
+    fn from(field: poem_openapi::types::MaybeUndefined<T>) -> Self {
+        use poem_openapi::types::MaybeUndefined;
+        match field {
+            MaybeUndefined::Undefined => Self::Omitted,
+            MaybeUndefined::Null => Self::Null,
+            MaybeUndefined::Value(value) => Self::Value(value),
+        }
+    }
+}

@@ -170,12 +170,12 @@ impl LlmsApi {
         let state = state(req)?;
         let body = body.0;
         let change = LlmChange {
-            name: body.name,
-            description: body.description,
-            endpoint: body.endpoint,
-            model: body.model,
-            api_key: body.api_key,
-            parameters: body.parameters.map_value(to_map),
+            name: body.name.into(),
+            description: body.description.into(),
+            endpoint: body.endpoint.into(),
+            model: body.model.into(),
+            api_key: body.api_key.into(),
+            parameters: body.parameters.map_value(to_map).into(),
         };
         Ok(Json(
             service::update(state, &auth.0, llm_id.0, change).await?,

@@ -214,10 +214,10 @@ impl PipelinesApi {
         let state = state(req)?;
         let body = body.0;
         let change = PipelineChange {
-            name: body.name,
-            description: body.description,
-            default_text_splitter_id: body.default_text_splitter_id,
-            metadata_schema: body.metadata_schema,
+            name: body.name.into(),
+            description: body.description.into(),
+            default_text_splitter_id: body.default_text_splitter_id.into(),
+            metadata_schema: body.metadata_schema.into(),
         };
         let row = service::update(
             &state.pool,

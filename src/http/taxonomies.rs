@@ -107,8 +107,8 @@ impl TaxonomiesApi {
         let state = state(req)?;
         let body = body.0;
         let change = TaxonomyChange {
-            name: body.name,
-            description: body.description,
+            name: body.name.into(),
+            description: body.description.into(),
         };
         Ok(Json(
             service::update(

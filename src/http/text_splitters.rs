@@ -157,9 +157,9 @@ impl TextSplittersApi {
         let state = state(req)?;
         let body = body.0;
         let change = SplitterChange {
-            name: body.name,
-            description: body.description,
-            parameters: body.parameters.map_value(to_map),
+            name: body.name.into(),
+            description: body.description.into(),
+            parameters: body.parameters.map_value(to_map).into(),
         };
         Ok(Json(
             service::update(

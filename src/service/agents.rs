@@ -1,11 +1,11 @@
 //! Agents: their definitions (create, change, delete, read, list), the retrieval dry run and
 //! executions (retrieval, rendering, the model's answer, the trace).
 
+use super::Change;
 use std::collections::{HashMap, HashSet};
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
-use poem_openapi::types::MaybeUndefined;
 use serde_json::{Map, Value, json};
 use trove_query::classification::ClassificationRequest;
 use trove_query::filter::Filter;
@@ -146,7 +146,7 @@ pub async fn create(
 /// A change of an agent: omitted fields keep their values; arrays are replaced whole.
 pub struct AgentChange {
     pub name: Option<String>,
-    pub description: MaybeUndefined<String>,
+    pub description: Change<String>,
     pub prompt: Option<Vec<Message>>,
     pub placeholders: Option<Vec<Placeholder>>,
 }
@@ -166,11 +166,7 @@ pub async fn update(
     if let Some(name) = change.name {
         definition.name = name;
     }
-    match change.description {
-        MaybeUndefined::Value(description) => definition.description = Some(description),
-        MaybeUndefined::Null => definition.description = None,
-        MaybeUndefined::Undefined => {}
-    }
+    definition.description = change.description.nullable(definition.description.take());
     if let Some(prompt) = change.prompt {
         definition.prompt = prompt;
     }

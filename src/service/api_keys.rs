@@ -1,9 +1,9 @@
 //! API keys and permissions: creation, changes, deletion, and the granting rules.
 
+use super::Change;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use poem_openapi::types::MaybeUndefined;
 use serde::Serialize;
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
@@ -119,10 +119,10 @@ pub struct NewKey {
 
 /// Input of a key change.
 pub struct KeyChange {
-    pub name: MaybeUndefined<String>,
-    pub description: MaybeUndefined<String>,
-    pub active: MaybeUndefined<bool>,
-    pub expiration: MaybeUndefined<DateTime<Utc>>,
+    pub name: Change<String>,
+    pub description: Change<String>,
+    pub active: Change<bool>,
+    pub expiration: Change<DateTime<Utc>>,
 }
 
 /// One requested entry change.
@@ -274,25 +274,11 @@ pub async fn update(
     auth.require_object(ObjectType::ApiKeys, id, AccessLevel::WRITE)?;
     check_license(license, pool, None).await?;
 
-    let name = match change.name {
-        MaybeUndefined::Value(name) => name,
-        MaybeUndefined::Null | MaybeUndefined::Undefined => current.name.clone(),
-    };
+    let name = change.name.required(current.name.clone());
     validate_name(&name)?;
-    let description = match change.description {
-        MaybeUndefined::Value(d) => Some(d),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.description.clone(),
-    };
-    let active = match change.active {
-        MaybeUndefined::Value(active) => active,
-        MaybeUndefined::Null | MaybeUndefined::Undefined => current.active,
-    };
-    let expiration = match change.expiration {
-        MaybeUndefined::Value(t) => Some(t),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.expiration,
-    };
+    let description = change.description.nullable(current.description.clone());
+    let active = change.active.required(current.active);
+    let expiration = change.expiration.nullable(current.expiration);
     // The master key stays usable whatever any key asks: an administrator always remains.
     if current.is_master && (!active || expiration.is_some()) {
         return Err(write_denied(id));

@@ -1,7 +1,7 @@
 //! Embedding providers (read-only) and embedding models: creation with a probe, changes,
 //! deletion, queries, and the embedder of a stored model for the other services.
 
-use poem_openapi::types::MaybeUndefined;
+use super::Change;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
@@ -89,10 +89,10 @@ pub struct NewModel {
 
 /// Input of a model change.
 pub struct ModelChange {
-    pub name: MaybeUndefined<String>,
-    pub description: MaybeUndefined<String>,
+    pub name: Change<String>,
+    pub description: Change<String>,
     /// Replaces every parameter (secrets must be sent again).
-    pub parameters: MaybeUndefined<Map<String, Value>>,
+    pub parameters: Change<Map<String, Value>>,
 }
 
 /// `Embedding model not found` with the id.
@@ -406,18 +406,11 @@ pub async fn update(
     auth.require_object(ObjectType::EmbeddingModels, id, AccessLevel::WRITE)?;
     crate::auth::license::check_license(&state.config.license, pool, None).await?;
 
-    let name = match change.name {
-        MaybeUndefined::Value(name) => name,
-        MaybeUndefined::Null | MaybeUndefined::Undefined => current.row.name.clone(),
-    };
+    let name = change.name.required(current.row.name.clone());
     validate_name(&name)?;
-    let description = match change.description {
-        MaybeUndefined::Value(d) => Some(d),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.row.description.clone(),
-    };
+    let description = change.description.nullable(current.row.description.clone());
     let (parameters, secret_parameters) = match change.parameters {
-        MaybeUndefined::Value(parameters) => {
+        Change::Value(parameters) => {
             let kind = provider_kind(&current.row.provider)?;
             validate_parameters(kind, &current.row.model_name, &parameters)?;
             let spec = ModelSpec {
@@ -438,7 +431,7 @@ pub async fn update(
                 })?;
             split_secrets(&state.cipher, &provider, parameters)
         }
-        MaybeUndefined::Null | MaybeUndefined::Undefined => (
+        Change::Null | Change::Omitted => (
             current.row.parameters.clone(),
             current.secret_parameters.clone(),
         ),

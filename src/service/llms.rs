@@ -1,10 +1,10 @@
 //! LLMs: registration, changes, deletion, and the calls that use one (direct queries and the
 //! chat-completions relay).
 
+use super::Change;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
-use poem_openapi::types::MaybeUndefined;
 use serde_json::{Map, Value};
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
@@ -88,14 +88,14 @@ pub struct NewLlm {
 
 /// Input of an LLM change (`provider` is fixed).
 pub struct LlmChange {
-    pub name: MaybeUndefined<String>,
-    pub description: MaybeUndefined<String>,
-    pub endpoint: MaybeUndefined<String>,
-    pub model: MaybeUndefined<String>,
+    pub name: Change<String>,
+    pub description: Change<String>,
+    pub endpoint: Change<String>,
+    pub model: Change<String>,
     /// `null` removes the key.
-    pub api_key: MaybeUndefined<String>,
+    pub api_key: Change<String>,
     /// Replaces the parameters whole; `null` counts as omitted.
-    pub parameters: MaybeUndefined<Map<String, Value>>,
+    pub parameters: Change<Map<String, Value>>,
 }
 
 /// `LLM not found` with the id.
@@ -216,35 +216,19 @@ pub async fn update(
     auth.require_object(ObjectType::Llms, id, AccessLevel::WRITE)?;
     check_license(&state.config.license, pool, None).await?;
     let row = &current.row;
-    let name = change
-        .name
-        .value()
-        .cloned()
-        .unwrap_or_else(|| row.name.clone());
-    let description = match change.description {
-        MaybeUndefined::Value(d) => Some(d),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => row.description.clone(),
-    };
-    let endpoint = change
-        .endpoint
-        .value()
-        .cloned()
-        .unwrap_or_else(|| row.endpoint.clone());
-    let model = match change.model {
-        MaybeUndefined::Value(m) => Some(m),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => row.model.clone(),
-    };
-    let parameters = match change.parameters {
-        MaybeUndefined::Value(p) => Value::Object(p),
-        MaybeUndefined::Null | MaybeUndefined::Undefined => row.parameters.clone(),
-    };
+    let name = change.name.required(row.name.clone());
+    let description = change.description.nullable(row.description.clone());
+    let endpoint = change.endpoint.required(row.endpoint.clone());
+    let model = change.model.nullable(row.model.clone());
+    let parameters = change
+        .parameters
+        .map(Value::Object)
+        .required(row.parameters.clone());
     let endpoint = validated(provider_of(row)?, &name, &endpoint, model.as_deref())?;
     let api_key = match change.api_key {
-        MaybeUndefined::Value(key) => Some(state.cipher.encrypt(key.as_bytes())),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.api_key.clone(),
+        Change::Value(key) => Some(state.cipher.encrypt(key.as_bytes())),
+        Change::Null => None,
+        Change::Omitted => current.api_key.clone(),
     };
     let fields = LlmFields {
         name: &name,

@@ -1,7 +1,7 @@
 //! Pipelines: creation with their embedding model association and vector storage,
 //! classifications, changes, deletion and metadata indexes.
 
-use poem_openapi::types::MaybeUndefined;
+use super::Change;
 use serde_json::Value;
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
@@ -249,10 +249,10 @@ pub async fn create(
 
 /// Input of `PATCH /pipelines/{id}`.
 pub struct PipelineChange {
-    pub name: MaybeUndefined<String>,
-    pub description: MaybeUndefined<String>,
-    pub default_text_splitter_id: MaybeUndefined<Uuid>,
-    pub metadata_schema: MaybeUndefined<Value>,
+    pub name: Change<String>,
+    pub description: Change<String>,
+    pub default_text_splitter_id: Change<Uuid>,
+    pub metadata_schema: Change<Value>,
 }
 
 /// Changes a pipeline's name, description, default splitter or (compatibly) its schema.
@@ -264,26 +264,18 @@ pub async fn update(
     change: PipelineChange,
 ) -> ApiResult<PipelineRow> {
     let current = require(pool, auth, id, AccessLevel::WRITE).await?;
-    if let MaybeUndefined::Value(splitter) = change.default_text_splitter_id {
+    if let Change::Value(splitter) = change.default_text_splitter_id {
         require_text_splitter(pool, auth, splitter).await?;
     }
     check_license(license, pool, None).await?;
-    let name = match change.name {
-        MaybeUndefined::Value(name) => name,
-        _ => current.name.clone(),
-    };
+    let name = change.name.required(current.name.clone());
     validate_name(&name)?;
-    let description = match change.description {
-        MaybeUndefined::Value(d) => Some(d),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.description.clone(),
-    };
-    let splitter = match change.default_text_splitter_id {
-        MaybeUndefined::Value(s) => s,
-        _ => current.default_text_splitter_id,
-    };
+    let description = change.description.nullable(current.description.clone());
+    let splitter = change
+        .default_text_splitter_id
+        .required(current.default_text_splitter_id);
     let (schema, schema_changed) = match change.metadata_schema {
-        MaybeUndefined::Value(schema) => {
+        Change::Value(schema) => {
             metadata_schema::check_schema(&schema)?;
             metadata_schema::check_compatible(&current.metadata_schema, &schema)?;
             (schema, true)

@@ -1,8 +1,8 @@
 //! Taxonomies: creation, changes, deletion, and the links (entries) they hold.
 
+use super::Change;
 use std::collections::HashSet;
 
-use poem_openapi::types::MaybeUndefined;
 use serde::Serialize;
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
@@ -81,8 +81,8 @@ pub struct NewTaxonomy {
 
 /// Input of a taxonomy change.
 pub struct TaxonomyChange {
-    pub name: MaybeUndefined<String>,
-    pub description: MaybeUndefined<String>,
+    pub name: Change<String>,
+    pub description: Change<String>,
 }
 
 /// A link that was not added, with the taxonomy holding it.
@@ -216,16 +216,9 @@ pub async fn update(
 ) -> ApiResult<TaxonomyRow> {
     let current = require(pool, auth, id, AccessLevel::WRITE).await?;
     check_license(license, pool, None).await?;
-    let name = match change.name {
-        MaybeUndefined::Value(name) => name,
-        MaybeUndefined::Null | MaybeUndefined::Undefined => current.name,
-    };
+    let name = change.name.required(current.name);
     validate_name(&name)?;
-    let description = match change.description {
-        MaybeUndefined::Value(d) => Some(d),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.description,
-    };
+    let description = change.description.nullable(current.description);
     store::update(pool, id, &name, description.as_deref())
         .await?
         .ok_or_else(|| not_found(id))

@@ -1,6 +1,6 @@
 //! Text splitter providers (read-only) and text splitters: creation, changes, deletion.
 
-use poem_openapi::types::MaybeUndefined;
+use super::Change;
 use serde_json::{Map, Value};
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use trove_text::SplitterConfig;
@@ -71,10 +71,10 @@ pub struct NewSplitter {
 
 /// Input of a splitter change (`provider` is fixed).
 pub struct SplitterChange {
-    pub name: MaybeUndefined<String>,
-    pub description: MaybeUndefined<String>,
+    pub name: Change<String>,
+    pub description: Change<String>,
     /// Replaces the parameters whole; `null` counts as omitted.
-    pub parameters: MaybeUndefined<Map<String, Value>>,
+    pub parameters: Change<Map<String, Value>>,
 }
 
 /// `Text Splitter not found` with the id.
@@ -189,19 +189,12 @@ pub async fn update(
     auth.require_object(ObjectType::TextSplitters, id, AccessLevel::WRITE)?;
     check_license(license, pool, None).await?;
 
-    let name = match change.name {
-        MaybeUndefined::Value(name) => name,
-        MaybeUndefined::Null | MaybeUndefined::Undefined => current.name.clone(),
-    };
+    let name = change.name.required(current.name.clone());
     validate_name(&name)?;
-    let description = match change.description {
-        MaybeUndefined::Value(d) => Some(d),
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Undefined => current.description.clone(),
-    };
+    let description = change.description.nullable(current.description.clone());
     let parameters = match change.parameters {
-        MaybeUndefined::Value(p) => Value::Object(p),
-        MaybeUndefined::Null | MaybeUndefined::Undefined => current.parameters.clone(),
+        Change::Value(p) => Value::Object(p),
+        Change::Null | Change::Omitted => current.parameters.clone(),
     };
     let parameters = validated_parameters(&current.provider, &parameters)?;
     store::update(pool, id, &name, description.as_deref(), &parameters)
