@@ -78,7 +78,7 @@ fn error_response(err: poem::Error, methods: &[Method]) -> Response {
         return Response::builder().status(StatusCode::NOT_FOUND).finish();
     }
     if let Some(api) = err.downcast_ref::<ApiError>() {
-        return super::respond::error_response(&api);
+        return super::respond::error_response(api);
     }
     // Any other framework rejection: its status with its text, as plain text.
     let status = err.status();
