@@ -12,6 +12,92 @@ use super::respond::{Described, Json};
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
 
+/// Search kinds of the request's `type`.
+#[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
+#[serde(rename_all = "lowercase")]
+#[oai(rename = "SearchKind", rename_all = "lowercase")]
+pub enum SearchKindName {
+    Similarity,
+    Mmr,
+    /// Full-text search.
+    Search,
+    Hybrid,
+    History,
+    Query,
+}
+
+impl From<SearchKindName> for SearchKind {
+    fn from(name: SearchKindName) -> Self {
+        match name {
+            SearchKindName::Similarity => Self::Similarity,
+            SearchKindName::Mmr => Self::Mmr,
+            SearchKindName::Search => Self::Search,
+            SearchKindName::Hybrid => Self::Hybrid,
+            SearchKindName::History => Self::History,
+            SearchKindName::Query => Self::Query,
+        }
+    }
+}
+
+/// `params` as sent (every field optional).
+#[derive(Debug, Clone, Default, Deserialize, Object)]
+#[oai(rename = "SearchParams")]
+pub struct SearchParamsBody {
+    /// Fragments to return (0..65535).
+    #[serde(default)]
+    k: Option<u16>,
+    /// MMR candidates (0..65535).
+    #[serde(default)]
+    fetch_k: Option<u16>,
+    /// MMR balance: 1 relevance only, 0 maximum diversity.
+    #[serde(default)]
+    lambda_mult: Option<f64>,
+    /// Maximum distance (vector search) or minimum rank (full-text).
+    #[serde(default)]
+    threshold: Option<f64>,
+    /// A vector embedding id of the pipeline, or the id of its model.
+    #[serde(default)]
+    embedding: Option<uuid::Uuid>,
+}
+
+impl From<SearchParamsBody> for SearchParams {
+    fn from(body: SearchParamsBody) -> Self {
+        Self {
+            k: body.k,
+            fetch_k: body.fetch_k,
+            lambda_mult: body.lambda_mult,
+            threshold: body.threshold,
+            embedding: body.embedding,
+        }
+    }
+}
+
+/// How vector distances are measured (lower is closer).
+#[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
+#[serde(rename_all = "kebab-case")]
+#[oai(rename = "DistanceStrategy", rename_all = "kebab-case")]
+pub enum DistanceStrategyName {
+    /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
+    Cosine,
+    /// Euclidean (L2) distance.
+    EuclideanDistance,
+    /// Negative inner product.
+    DotProduct,
+    /// Defined by the interface; searches with it fail.
+    MaxInnerProduct,
+}
+
+impl From<DistanceStrategyName> for DistanceStrategy {
+    fn from(name: DistanceStrategyName) -> Self {
+        match name {
+            DistanceStrategyName::Cosine => Self::Cosine,
+            DistanceStrategyName::EuclideanDistance => Self::EuclideanDistance,
+            DistanceStrategyName::DotProduct => Self::DotProduct,
+            DistanceStrategyName::MaxInnerProduct => Self::MaxInnerProduct,
+        }
+    }
+}
+
 /// Body of a search.
 #[derive(Debug, Object, Deserialize)]
 pub struct SearchBody {
@@ -20,18 +106,18 @@ pub struct SearchBody {
     /// `similarity`, `mmr` or `search` (full-text).
     #[serde(rename = "type")]
     #[oai(rename = "type")]
-    kind: SearchKind,
+    kind: SearchKindName,
     /// A name, an array of names (hierarchical matching), or `{classifications, search_type}`.
     classification: extract::Opaque<trove_query::classification::ClassificationRequest>,
     /// Omitted: k 5, fetch_k 10. Present: omitted k and fetch_k are 0.
     #[serde(default)]
-    params: Option<SearchParams>,
+    params: Option<SearchParamsBody>,
     /// Metadata filter; `{}` applies no restriction.
     #[serde(default)]
     filters: Option<extract::Opaque<trove_query::filter::Filter>>,
     /// `cosine` (default), `euclidean-distance`, `dot-product`; ignored by full-text search.
     #[serde(default)]
-    distance_strategy: Option<DistanceStrategy>,
+    distance_strategy: Option<DistanceStrategyName>,
 }
 
 /// [`Auth`] for a search, which also reads the pipeline's search context while the key is
@@ -111,11 +197,11 @@ impl SearchApi {
         let body = body.0;
         let input = SearchInput {
             query: body.query,
-            kind: body.kind,
+            kind: body.kind.into(),
             classification: body.classification.0,
-            params: body.params,
+            params: body.params.map(SearchParams::from),
             filters: body.filters.map(|f| f.0),
-            distance_strategy: body.distance_strategy,
+            distance_strategy: body.distance_strategy.map(DistanceStrategy::from),
         };
         let context = auth.context.filter(|c| c.pipeline_id() == pipeline_id.0);
         Ok(Json(Described::new(

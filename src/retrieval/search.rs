@@ -15,9 +15,7 @@ use super::mmr::{self, Similarity};
 use crate::error::{ApiError, ApiResult};
 
 /// How vector distances are measured (lower is closer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, poem_openapi::Enum)]
-#[serde(rename_all = "kebab-case")]
-#[oai(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DistanceStrategy {
     /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
     Cosine,

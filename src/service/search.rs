@@ -1,7 +1,6 @@
 //! `POST /pipelines/{id}/search` (and the MCP `search_knowledge` tool): parameters, the
 //! embedding to use, classifications, filters, and the three search kinds.
 
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -15,9 +14,7 @@ use crate::store::Connection;
 use crate::store::pipelines::{PipelineRow, SearchContext};
 
 /// Search kinds of the request's `type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, poem_openapi::Enum)]
-#[serde(rename_all = "lowercase")]
-#[oai(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SearchKind {
     Similarity,
     Mmr,
@@ -29,22 +26,17 @@ pub enum SearchKind {
 }
 
 /// `params` as sent (every field optional).
-#[derive(Debug, Clone, Default, Deserialize, poem_openapi::Object)]
+#[derive(Debug, Clone, Default)]
 pub struct SearchParams {
     /// Fragments to return (0..65535).
-    #[serde(default)]
     pub k: Option<u16>,
     /// MMR candidates (0..65535).
-    #[serde(default)]
     pub fetch_k: Option<u16>,
     /// MMR balance: 1 relevance only, 0 maximum diversity.
-    #[serde(default)]
     pub lambda_mult: Option<f64>,
     /// Maximum distance (vector search) or minimum rank (full-text).
-    #[serde(default)]
     pub threshold: Option<f64>,
     /// A vector embedding id of the pipeline, or the id of its model.
-    #[serde(default)]
     pub embedding: Option<Uuid>,
 }
 
