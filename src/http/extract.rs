@@ -190,7 +190,7 @@ impl BodyKind for Forwarded {
 /// `metadata.title`, `prompt.1.template`), outside a top-level `filters` (the filter language
 /// refuses such values with its own error). Only bodies that spell the escape are parsed again.
 fn nul_field(bytes: &[u8]) -> Option<String> {
-    if !bytes.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000")) {
+    if !bytes.windows(6).any(|w| w == b"\\u0000") {
         return None;
     }
     let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;

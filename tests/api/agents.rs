@@ -100,6 +100,19 @@ fn minimal_body(name: &str) -> Value {
     })
 }
 
+/// An agent whose user message is query `q` and whose retrieval placeholder `r` (of `kind`,
+/// with `params`) targets it.
+fn retrieval_body(name: &str, kind: &str, params: Value) -> Value {
+    json!({
+        "name": name,
+        "prompt": [{"role": "system", "template": "S"}, {"role": "user", "template": "{q}"}],
+        "placeholders": [
+            {"name": "q", "type": "query"},
+            {"name": "r", "type": kind, "target": "q", "params": params}
+        ]
+    })
+}
+
 /// `body` with `field` replaced.
 fn with(body: &Value, field: &str, value: Value) -> Value {
     let mut body = body.clone();
@@ -408,15 +421,15 @@ async fn create_returns_the_normalised_agent() {
     let embedding = Uuid::new_v4();
     let described = create_agent(
         &app,
-        &json!({
-            "name": "described",
-            "description": "Answers questions",
-            "prompt": [{"role": "system", "template": "S"}, {"role": "user", "template": "{q}"}],
-            "placeholders": [
-                {"name": "q", "type": "query"},
-                {"name": "r", "type": "similarity", "target": "q", "params": {"k": 1, "fetch_k": 1, "embedding": embedding}}
-            ]
-        }),
+        &with(
+            &retrieval_body(
+                "described",
+                "similarity",
+                json!({"k": 1, "fetch_k": 1, "embedding": embedding}),
+            ),
+            "description",
+            json!("Answers questions"),
+        ),
     )
     .await;
     assert_eq!(described["description"], "Answers questions");
@@ -1459,14 +1472,11 @@ async fn dry_run_search_errors() {
     let embedding = Uuid::new_v4();
     let stray = create_agent_id(
         &app,
-        &json!({
-            "name": "stray",
-            "prompt": [{"role": "system", "template": "S"}, {"role": "user", "template": "{q}"}],
-            "placeholders": [
-                {"name": "q", "type": "query"},
-                {"name": "r", "type": "similarity", "target": "q", "params": {"k": 1, "fetch_k": 1, "embedding": embedding}}
-            ]
-        }),
+        &retrieval_body(
+            "stray",
+            "similarity",
+            json!({"k": 1, "fetch_k": 1, "embedding": embedding}),
+        ),
     )
     .await;
     let reply = dry_run(
@@ -1489,14 +1499,11 @@ async fn dry_run_search_errors() {
     let model = app.seeded("/embedding-models", "default").await;
     let own = create_agent_id(
         &app,
-        &json!({
-            "name": "own",
-            "prompt": [{"role": "system", "template": "S"}, {"role": "user", "template": "{q}"}],
-            "placeholders": [
-                {"name": "q", "type": "query"},
-                {"name": "r", "type": "similarity", "target": "q", "params": {"k": 1, "fetch_k": 1, "embedding": model}}
-            ]
-        }),
+        &retrieval_body(
+            "own",
+            "similarity",
+            json!({"k": 1, "fetch_k": 1, "embedding": model}),
+        ),
     )
     .await;
     let reply = dry_run(
@@ -1749,14 +1756,11 @@ async fn execute_search_errors_call_no_model() {
     let embedding = Uuid::new_v4();
     let stray = create_agent_id(
         &app,
-        &json!({
-            "name": "stray",
-            "prompt": [{"role": "system", "template": "S"}, {"role": "user", "template": "{q}"}],
-            "placeholders": [
-                {"name": "q", "type": "query"},
-                {"name": "r", "type": "mmr", "target": "q", "params": {"k": 1, "fetch_k": 1, "embedding": embedding}}
-            ]
-        }),
+        &retrieval_body(
+            "stray",
+            "mmr",
+            json!({"k": 1, "fetch_k": 1, "embedding": embedding}),
+        ),
     )
     .await;
     let reply = execute_reply(
