@@ -337,6 +337,7 @@ async fn explain_similarity(pool: &sqlx::PgPool, pid: Uuid, ve: Uuid, query: &st
         strategy: DistanceStrategy::Cosine,
         unit_vectors: true,
         estimated_rows: 0.0,
+        selectivity: None,
         path: NearestPath::Index,
     };
     let plan = nearest_plan(&scope, &vector_query, None, 5, false).unwrap();

@@ -52,6 +52,7 @@ use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, Row};
 use trove::config::{Config, QueueNames};
 use trove::providers::hash_embedding::hash_embedding;
+use trove::retrieval::cost::{self, ScopeEstimate};
 use trove::retrieval::search::{
     self, DistanceStrategy, NearestPath, NearestPlan, Scope, VectorQuery,
 };
@@ -717,9 +718,9 @@ struct Target {
     path: String,
     /// What the service reads as the association's vector count (`pg_class.reltuples`).
     estimated_rows: f64,
-    /// The path the service takes under each tenant's filter (`search::path_for` of the
-    /// planner's estimate), by tenant.
-    filtered_paths: Vec<NearestPath>,
+    /// The planner's view of each tenant's filtered scope, from which the service chooses
+    /// its path (`cost::choose`), by tenant.
+    filtered_scopes: Vec<ScopeEstimate>,
 }
 
 impl Target {
@@ -753,21 +754,19 @@ impl Target {
 
     /// The vector side of the probe's search, as the service builds it.
     fn vector_query<'a>(&self, probe: &'a Probe, filtered: bool) -> VectorQuery<'a> {
-        let path = if filtered {
-            self.filtered_paths
-                .get(probe.tenant as usize)
-                .copied()
-                .unwrap_or(NearestPath::Index)
-        } else {
-            NearestPath::Index
-        };
+        let scope = self
+            .filtered_scopes
+            .get(probe.tenant as usize)
+            .copied()
+            .filter(|_| filtered);
         VectorQuery {
             vector_embedding_id: self.ve_id,
             vector: &probe.vector,
             strategy: DistanceStrategy::Cosine,
             unit_vectors: true,
             estimated_rows: self.estimated_rows,
-            path,
+            selectivity: scope.map(|scope| cost::selectivity(self.estimated_rows, scope)),
+            path: cost::choose(self.estimated_rows, scope, K as u64),
         }
     }
 
@@ -787,27 +786,25 @@ impl Target {
                 filter: self.condition(&probe, true),
             };
             estimates.push(
-                search::estimate_scope_rows(pool, &scope)
+                search::estimate_scope(pool, &scope)
                     .await
                     .expect("estimate"),
             );
         }
-        self.filtered_paths = estimates
+        let exact = estimates
             .iter()
-            .map(|&r| search::path_for(Some(r)))
-            .collect();
-        let exact = self
-            .filtered_paths
-            .iter()
-            .filter(|&&p| p == NearestPath::Exact)
+            .filter(|&&e| {
+                cost::choose(self.estimated_rows, Some(e), K as u64) == NearestPath::Exact
+            })
             .count();
-        let (low, high) = estimates
-            .iter()
-            .fold((f64::INFINITY, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+        let (low, high) = estimates.iter().fold((f64::INFINITY, 0.0f64), |(l, h), e| {
+            (l.min(e.admitted), h.max(e.admitted))
+        });
         println!(
-            "path under the tenant filter: exact for {exact} of {TENANTS} tenants (planner's estimate {low:.0}–{high:.0} fragments; exact at ≤ {:.0})",
-            search::EXACT_SCAN_ROWS
+            "path under the tenant filter: exact for {exact} of {TENANTS} tenants (planner's estimate {low:.0}–{high:.0} fragments, reached {:?})",
+            estimates.first().map(|e| e.reach)
         );
+        self.filtered_scopes = estimates;
     }
 
     /// The service's statement for the probe (`trove::retrieval::search::nearest_plan`).
@@ -1098,7 +1095,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         classifications,
         path: format!("/pipelines/{pipeline_id}/search"),
         estimated_rows: 0.0,
-        filtered_paths: Vec::new(),
+        filtered_scopes: Vec::new(),
     };
 
     // Data.
@@ -1486,8 +1483,11 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
                 .iter()
                 .map(|&ef| ("relaxed_order", u64::from(ef), 20_000, 1))
                 .collect();
-            let service_ef =
-                search::ef_search_for(target.estimated_rows, search::MIN_FETCH, filtered);
+            let service_ef = {
+                let query = target.vector_query(&measured[0], filtered);
+                cost::walk(query.estimated_rows, query.selectivity, K as u64)
+                    .map_or(cost::MAX_EF_SEARCH, |walk| walk.ef_search)
+            };
             variants.extend([
                 ("strict_order", service_ef, 20_000, 1),
                 ("relaxed_order", service_ef, 100_000, 1),
@@ -1623,9 +1623,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         };
         let scope = &scope;
         time_n(rounds, |_| async move {
-            search::estimate_scope_rows(pool, scope)
-                .await
-                .expect("estimate")
+            search::estimate_scope(pool, scope).await.expect("estimate")
         })
         .await
     };

@@ -1,14 +1,17 @@
-//! The planner's estimate of how many fragments a search scope admits, kept for a minute.
+//! The planner's view of a search scope, kept for a minute.
 //!
 //! A vector search under a filter, or over some of a pipeline's classifications, asks the
-//! planner how many fragments pass before it chooses between the HNSW walk and an exact scan
-//! (`search::path_for`): one more round trip before the statement. The estimate depends only
-//! on the scope (the statement text and its bound values) and on the table's statistics, which
-//! change when the table is analysed, so it is reused for [`TTL`]: repeated scopes, such as a
-//! tenant's searches that always carry its filter, skip the round trip. A stale estimate can
-//! only choose the slower of two paths that return the same fragments.
+//! planner how many fragments pass and how it reaches them before it chooses between the HNSW
+//! walk and an exact scan (`cost::choose`): one more round trip before the statement. The
+//! estimate depends only on the scope (the statement text and its bound values) and on the
+//! tables' statistics, so it is reused for [`TTL`] under a key that also holds the
+//! association's vector count from the statistics (`search::estimate_scope_cached`): repeated
+//! scopes, such as a tenant's searches that always carry its filter, skip the round trip, and
+//! an `ANALYZE` that changes the statistics changes the key.
 
 use std::time::Duration;
+
+use super::cost::ScopeEstimate;
 
 /// How long an estimate is reused.
 pub const TTL: Duration = Duration::from_secs(60);
@@ -19,7 +22,7 @@ pub const CAPACITY: u64 = 1024;
 /// Estimates by scope (statement text and bound values).
 #[derive(Debug, Clone)]
 pub struct ScopeEstimates {
-    entries: moka::sync::Cache<String, f64>,
+    entries: moka::sync::Cache<String, ScopeEstimate>,
 }
 
 impl Default for ScopeEstimates {
@@ -39,36 +42,44 @@ impl ScopeEstimates {
     }
 
     /// The estimate for `key` if one younger than [`TTL`] is kept.
-    pub fn get(&self, key: &str) -> Option<f64> {
+    pub fn get(&self, key: &str) -> Option<ScopeEstimate> {
         self.entries.get(key)
     }
 
-    /// Keeps `rows` for `key`.
-    pub fn insert(&self, key: String, rows: f64) {
-        self.entries.insert(key, rows);
+    /// Keeps `estimate` for `key`.
+    pub fn insert(&self, key: String, estimate: ScopeEstimate) {
+        self.entries.insert(key, estimate);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retrieval::cost::Reach;
+
+    fn rows(admitted: f64) -> ScopeEstimate {
+        ScopeEstimate {
+            admitted,
+            reach: Reach::Scanned,
+        }
+    }
 
     #[test]
     fn an_estimate_is_kept_and_replaced() {
         let cache = ScopeEstimates::new();
         assert_eq!(cache.get("a"), None);
-        cache.insert("a".to_owned(), 12.0);
-        assert_eq!(cache.get("a"), Some(12.0));
+        cache.insert("a".to_owned(), rows(12.0));
+        assert_eq!(cache.get("a"), Some(rows(12.0)));
         assert_eq!(cache.get("b"), None);
-        cache.insert("a".to_owned(), 30.0);
-        assert_eq!(cache.get("a"), Some(30.0));
+        cache.insert("a".to_owned(), rows(30.0));
+        assert_eq!(cache.get("a"), Some(rows(30.0)));
     }
 
     #[test]
     fn the_cache_stays_within_its_capacity() {
         let cache = ScopeEstimates::new();
         for i in 0..CAPACITY * 3 {
-            cache.insert(format!("scope {i}"), 1.0);
+            cache.insert(format!("scope {i}"), rows(1.0));
         }
         cache.entries.run_pending_tasks();
         assert!(cache.entries.entry_count() <= CAPACITY);

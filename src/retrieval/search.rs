@@ -59,6 +59,7 @@ pub struct Hit {
     pub score: f64,
 }
 
+use super::cost::{MAX_EF_SEARCH, MIN_FETCH, Reach, ScopeEstimate, Walk};
 use crate::store::SESSION_EF_SEARCH;
 
 pub use trove_query::search::Scope;
@@ -76,7 +77,11 @@ pub struct VectorQuery<'a> {
     /// The planner's estimate of the association's vector count (`pg_class.reltuples`; 0 or
     /// negative when unknown).
     pub estimated_rows: f64,
-    /// How the statement finds its rows (see [`path_for`]).
+    /// The share of the association the search's scope admits, when the scope restricts it (a
+    /// metadata filter, some of the classifications): the walk's candidate list grows as it
+    /// shrinks (see [`super::cost::walk`]).
+    pub selectivity: Option<f64>,
+    /// How the statement finds its rows (see [`super::cost::choose`]).
     pub path: NearestPath,
 }
 
@@ -87,50 +92,40 @@ pub enum NearestPath {
     /// walking the graph until enough rows pass the scope's conditions.
     Index,
     /// The distance of every fragment the scope admits, sorted: exact, and the faster path
-    /// when the scope admits few fragments.
+    /// when the scope admits few fragments or an index yields them.
     Exact,
 }
 
-/// Fragments a scope may admit, by the planner's estimate, for a search to take the exact
-/// path. An HNSW walk under a selective condition visits many vectors that fail it and loses
-/// recall: on the search benchmark (1,000,000 fragments, a 1 % filter) the walk returned
-/// recall@5 0.92 in 136 ms whatever its candidate list, the exact path 1.0 in less time.
-pub const EXACT_SCAN_ROWS: f64 = 20_000.0;
-
-/// The path for a scope that admits `scope_rows` fragments by the planner's estimate (`None`
-/// when the scope restricts nothing beyond the association).
-pub fn path_for(scope_rows: Option<f64>) -> NearestPath {
-    match scope_rows {
-        Some(rows) if rows <= EXACT_SCAN_ROWS => NearestPath::Exact,
-        _ => NearestPath::Index,
-    }
-}
-
-/// The planner's estimate of the fragments a scope admits: `EXPLAIN` of the scope's
-/// conditions alone, planned with the bound values (so statistics on a metadata index's
-/// expression apply).
-pub async fn estimate_scope_rows(pool: &PgPool, scope: &Scope<'_>) -> Result<f64, sqlx::Error> {
+/// The planner's view of a scope: `EXPLAIN` of the scope's conditions alone, planned with the
+/// bound values (so statistics on a metadata field's expression apply).
+pub async fn estimate_scope(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+) -> Result<ScopeEstimate, sqlx::Error> {
     let (sql, values) = scope_count_statement(scope);
-    explain_rows(pool, sql, values).await
+    explain_scope(pool, sql, values).await
 }
 
-/// [`estimate_scope_rows`], reusing an estimate of the same scope made in the last minute
-/// (see [`super::estimates`]).
-pub async fn estimate_scope_rows_cached(
+/// [`estimate_scope`], reusing an estimate of the same scope made in the last minute while
+/// the association's vector count is the same (see [`super::estimates`]): an `ANALYZE` that
+/// changes the tables' statistics (the worker runs one after a group grows them) changes the
+/// count, so no estimate outlives the statistics it was made from.
+pub async fn estimate_scope_cached(
     pool: &PgPool,
     estimates: &super::estimates::ScopeEstimates,
     scope: &Scope<'_>,
-) -> Result<f64, sqlx::Error> {
+    vectors: f64,
+) -> Result<ScopeEstimate, sqlx::Error> {
     let (sql, values) = scope_count_statement(scope);
     // The statement and its values name the scope exactly (pipeline, classifications,
     // filter); the values' debug form is unambiguous for the types a scope binds.
-    let key = format!("{sql}\u{0}{:?}", values.0);
-    if let Some(rows) = estimates.get(&key) {
-        return Ok(rows);
+    let key = format!("{sql}\u{0}{:?}\u{0}{vectors}", values.0);
+    if let Some(estimate) = estimates.get(&key) {
+        return Ok(estimate);
     }
-    let rows = explain_rows(pool, sql, values).await?;
-    estimates.insert(key, rows);
-    Ok(rows)
+    let estimate = explain_scope(pool, sql, values).await?;
+    estimates.insert(key, estimate);
+    Ok(estimate)
 }
 
 /// The statement whose plan estimates a scope, with its values.
@@ -138,85 +133,77 @@ fn scope_count_statement(scope: &Scope<'_>) -> (String, sea_query_sqlx::SqlxValu
     trove_query::search::scope_rows(scope).build_sqlx(PostgresQueryBuilder)
 }
 
-async fn explain_rows(
+async fn explain_scope(
     pool: &PgPool,
     sql: String,
     values: sea_query_sqlx::SqlxValues,
-) -> Result<f64, sqlx::Error> {
+) -> Result<ScopeEstimate, sqlx::Error> {
     let (plan,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
         AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {sql}")),
         values,
     )
     .fetch_one(pool)
     .await?;
-    Ok(plan_rows(&plan.0).unwrap_or(f64::INFINITY))
+    Ok(scope_estimate(&plan.0))
 }
 
-/// `Plan Rows` of the top node of an `EXPLAIN (FORMAT JSON)` document.
-fn plan_rows(plan: &Value) -> Option<f64> {
-    plan.get(0)?.get("Plan")?.get("Plan Rows")?.as_f64()
-}
+/// The index every scope may use: the pipeline and classification of live fragments.
+const PIPELINE_INDEX: &str = "fragments_pipeline_idx";
 
-/// Rows a nearest-neighbour statement fetches at least. With `relaxed_order`, rows that pass a
-/// filter only after the first candidate list may come out of order, so the statement reads
-/// more than `k` and the rows are sorted and cut here; on the search benchmark, LIMIT 20
-/// instead of 5 under a 1 % filter took recall@5 from 0.90 to 1.0 at 100,000 fragments, and
-/// cost nothing measurable without a filter (the first candidate list holds them already).
-pub const MIN_FETCH: u64 = 20;
-
-/// Vector count up to which [`SESSION_EF_SEARCH`] is enough.
-const EF_SEARCH_BASE_ROWS: f64 = 100_000.0;
-
-/// Largest `hnsw.ef_search` a search sets.
-pub const MAX_EF_SEARCH: u64 = 1000;
-
-/// The candidate list of a search with a metadata filter, at least. Under a selective filter
-/// an iterative scan walks far past the first candidate list, and a short list both loses
-/// recall there and leads the planner to prefer that walk to an exact scan through a metadata
-/// index: on the search benchmark (100,000 fragments, a 1 % filter on an indexed field),
-/// ef_search 100 gave recall@5 0.96 in 63 ms through the HNSW index, 400 gave 1.0 in 4.8 ms
-/// through the metadata index.
-pub const FILTERED_EF_SEARCH: u64 = 400;
-
-/// The HNSW candidate list for an association of `rows` vectors and a statement fetching
-/// `fetch` rows, with or without a metadata filter. The list that keeps recall@5 near 0.97
-/// grows with the graph: 150 at 100,000 vectors, 600 at 1,000,000 on the search benchmark
-/// with the default graph (0.95 at 400, 0.93 at 300), so it scales as `rows^0.6` above
-/// 100,000; it is never shorter than the rows fetched, nor than [`FILTERED_EF_SEARCH`] under
-/// a filter.
-pub fn ef_search_for(rows: f64, fetch: u64, filtered: bool) -> u64 {
-    let scaled = if rows > EF_SEARCH_BASE_ROWS {
-        // At most MAX_EF_SEARCH, so the conversion cannot overflow.
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "the value is clamped to the target range first"
-        )]
-        let ef = (SESSION_EF_SEARCH as f64 * (rows / EF_SEARCH_BASE_ROWS).powf(0.6))
-            .round()
-            .min(MAX_EF_SEARCH as f64) as u64;
-        ef
-    } else {
-        SESSION_EF_SEARCH
-    };
-    let floor = if filtered {
-        FILTERED_EF_SEARCH
-    } else {
-        SESSION_EF_SEARCH
-    };
-    Ord::max(Ord::max(scaled, fetch), floor).clamp(SESSION_EF_SEARCH, MAX_EF_SEARCH)
+/// A scope's estimate from its `EXPLAIN (FORMAT JSON)` document: the top node's rows, reached
+/// through an index when a metadata index yields them or when the pipeline index yields them
+/// with no condition left to test; otherwise each of the pipeline's fragments is tested.
+fn scope_estimate(plan: &Value) -> ScopeEstimate {
+    let top = plan.get(0).and_then(|p| p.get("Plan"));
+    let admitted = top
+        .and_then(|node| node.get("Plan Rows"))
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::INFINITY);
+    let mut nodes: Vec<&Value> = top.into_iter().collect();
+    let (mut metadata_index, mut tested) = (false, false);
+    while let Some(node) = nodes.pop() {
+        let index = node.get("Index Name").and_then(Value::as_str);
+        metadata_index |= index.is_some_and(|name| name != PIPELINE_INDEX);
+        tested |= node.get("Filter").is_some()
+            || node.get("Node Type").and_then(Value::as_str) == Some("Seq Scan");
+        if let Some(Value::Array(children)) = node.get("Plans") {
+            nodes.extend(children);
+        }
+    }
+    ScopeEstimate {
+        admitted,
+        reach: if metadata_index || !tested {
+            Reach::Indexed
+        } else {
+            Reach::Scanned
+        },
+    }
 }
 
 /// A nearest-neighbour statement ready to run: the statement with its arguments (the query
-/// vector, bound once as a `vector`, is the last), and the `hnsw.ef_search` it needs when that
-/// differs from the session's [`SESSION_EF_SEARCH`].
+/// vector, bound once as a `vector`, is the first), and the session settings it needs beyond
+/// the connection's.
 pub struct NearestPlan {
     pub sql: String,
     pub arguments: PgArguments,
+    /// The `hnsw.ef_search` the statement needs when it differs from [`SESSION_EF_SEARCH`].
     pub ef_search: Option<u64>,
+    /// The path was chosen for a restricted scope by cost: sorts are disabled for the
+    /// statement so that the planner walks the index rather than sorting what a scan of the
+    /// scope returns (the plan it would pick when its estimate of the scope is off).
+    pub walk_only: bool,
     /// Rows the statement returns at most (its LIMIT); the caller keeps the first `limit`
     /// after sorting.
     pub fetch: u64,
+}
+
+/// The walk of an index path (a scope too rare for [`super::cost::walk`], searched on the
+/// index path anyway by a caller that forces it, gets the longest list).
+fn index_walk(query: &VectorQuery<'_>, limit: u64) -> Walk {
+    super::cost::walk(query.estimated_rows, query.selectivity, limit).unwrap_or(Walk {
+        ef_search: MAX_EF_SEARCH,
+        fetch: Ord::max(limit, MIN_FETCH),
+    })
 }
 
 /// The statement of a nearest-neighbour selection of `limit` rows (the score is always the
@@ -233,8 +220,14 @@ pub fn nearest_plan(
             "the max-inner-product distance strategy is not supported".to_owned(),
         ));
     };
-    let fetch = Ord::max(limit, MIN_FETCH);
     let exact = query.path == NearestPath::Exact;
+    let walk = (!exact).then(|| index_walk(query, limit));
+    let fetch = walk.map_or(limit, |w| w.fetch);
+    let order = if query.unit_vectors {
+        Distance::Cosine
+    } else {
+        distance
+    };
     let table = crate::store::vectors::table_name(query.vector_embedding_id);
     let statement = trove_query::search::nearest(
         scope,
@@ -242,11 +235,7 @@ pub fn nearest_plan(
             vector_table: &table,
             vector: query.vector,
             distance,
-            order: if query.unit_vectors {
-                Distance::Cosine
-            } else {
-                distance
-            },
+            order,
             exact,
             threshold,
             fetch,
@@ -254,12 +243,13 @@ pub fn nearest_plan(
         },
     );
     let (sql, values) = statement.build_sqlx(PostgresQueryBuilder);
-    let arguments = values.into_arguments();
-    let ef = ef_search_for(query.estimated_rows, fetch, scope.filter.is_some());
     Ok(NearestPlan {
         sql,
-        arguments,
-        ef_search: (ef != SESSION_EF_SEARCH && !exact).then_some(ef),
+        arguments: values.into_arguments(),
+        ef_search: walk
+            .map(|w| w.ef_search)
+            .filter(|&ef| ef != SESSION_EF_SEARCH),
+        walk_only: walk.is_some() && query.selectivity.is_some() && order == Distance::Cosine,
         fetch,
     })
 }
@@ -267,8 +257,8 @@ pub fn nearest_plan(
 /// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection
 /// starts with `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH`:
 /// iterative index scans keep reading the HNSW index until the rows that pass the filters are
-/// found, so selective filters still return `k` results where they exist. A plan with another
-/// `ef_search` runs in a transaction that sets it.
+/// found, so selective filters still return `k` results where they exist. A plan with other
+/// settings runs in a transaction that sets them, in one statement.
 pub async fn run_plan(
     conn: &mut PgConnection,
     plan: NearestPlan,
@@ -277,27 +267,27 @@ pub async fn run_plan(
         sql,
         arguments,
         ef_search,
+        walk_only,
         ..
     } = plan;
-    match ef_search {
-        None => {
-            sqlx::query_with(AssertSqlSafe(sql), arguments)
-                .fetch_all(conn)
-                .await
-        }
-        Some(ef) => {
-            let mut tx = conn.begin().await?;
-            sqlx::query("SELECT set_config('hnsw.ef_search', $1, true)")
-                .bind(ef.to_string())
-                .execute(&mut *tx)
-                .await?;
-            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
-                .fetch_all(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(rows)
-        }
+    if ef_search.is_none() && !walk_only {
+        return sqlx::query_with(AssertSqlSafe(sql), arguments)
+            .fetch_all(conn)
+            .await;
     }
+    let mut tx = conn.begin().await?;
+    sqlx::query(
+        "SELECT set_config('hnsw.ef_search', $1, true), set_config('enable_sort', $2, true)",
+    )
+    .bind(ef_search.unwrap_or(SESSION_EF_SEARCH).to_string())
+    .bind(if walk_only { "off" } else { "on" })
+    .execute(&mut *tx)
+    .await?;
+    let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(rows)
 }
 
 /// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked,
@@ -425,6 +415,7 @@ mod tests {
             strategy,
             unit_vectors,
             estimated_rows: 0.0,
+            selectivity: None,
             path: NearestPath::Index,
         };
         nearest_plan(&scope, &query, Some(0.5), 5, false).map(|plan| (plan.sql, plan.arguments))
@@ -490,59 +481,37 @@ mod tests {
     }
 
     #[test]
-    fn candidate_list_grows_with_the_association() {
-        assert_eq!(ef_search_for(-1.0, 20, false), SESSION_EF_SEARCH);
-        assert_eq!(ef_search_for(0.0, 20, false), SESSION_EF_SEARCH);
-        assert_eq!(ef_search_for(100_000.0, 20, false), SESSION_EF_SEARCH);
-        assert_eq!(ef_search_for(1_000_000.0, 20, false), 597);
-        assert_eq!(ef_search_for(1e9, 20, false), MAX_EF_SEARCH);
-        // Never shorter than the rows fetched, never longer than the maximum.
-        assert_eq!(ef_search_for(0.0, 300, false), 300);
-        assert_eq!(ef_search_for(0.0, 120, false), SESSION_EF_SEARCH);
-        assert_eq!(ef_search_for(0.0, 65_535, false), MAX_EF_SEARCH);
-        // Under a filter, never shorter than FILTERED_EF_SEARCH.
-        assert_eq!(ef_search_for(0.0, 20, true), FILTERED_EF_SEARCH);
-        assert_eq!(ef_search_for(1_500_000.0, 20, true), 762);
-        assert_eq!(ef_search_for(4_000_000.0, 20, true), MAX_EF_SEARCH);
-    }
-
-    #[test]
-    fn statements_fetch_at_least_min_fetch_rows_and_set_ef_search_only_when_it_differs() {
+    fn walks_set_the_candidate_list_and_restricted_walks_disable_sorts() {
         let classifications = ["public".to_owned()];
         let scope = Scope {
             pipeline_id: Uuid::nil(),
             classifications: &classifications,
             filter: None,
         };
-        let plan = |limit: u64, rows: f64| {
+        let plan = |limit: u64, rows: f64, selectivity: Option<f64>| {
             let query = VectorQuery {
                 vector_embedding_id: Uuid::nil(),
                 vector: &[0.6, 0.8],
                 strategy: DistanceStrategy::Cosine,
                 unit_vectors: true,
                 estimated_rows: rows,
+                selectivity,
                 path: NearestPath::Index,
             };
-            nearest_plan(&scope, &query, None, limit, false).expect("plan")
+            let plan = nearest_plan(&scope, &query, None, limit, false).expect("plan");
+            (plan.fetch, plan.ef_search, plan.walk_only)
         };
-        let small = plan(5, 1000.0);
-        assert_eq!((small.fetch, small.ef_search), (MIN_FETCH, None));
-        let large_k = plan(200, 1000.0);
-        assert_eq!((large_k.fetch, large_k.ef_search), (200, Some(200)));
-        let large_table = plan(5, 1_000_000.0);
+        assert_eq!(plan(5, 1000.0, None), (MIN_FETCH, None, false));
+        assert_eq!(plan(200, 1000.0, None), (200, Some(200), false));
+        assert_eq!(plan(5, 1_000_000.0, None), (MIN_FETCH, Some(597), false));
+        // A restricted scope fetches k rows with a list sized to its selectivity.
+        assert_eq!(plan(5, 58_841.0, Some(0.05)), (5, Some(200), true));
+        assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, None, true));
+        // Forced onto the index although too rare for it: the longest list.
         assert_eq!(
-            (large_table.fetch, large_table.ef_search),
-            (MIN_FETCH, Some(597))
+            plan(5, 58_841.0, Some(0.0001)),
+            (MIN_FETCH, Some(MAX_EF_SEARCH), true)
         );
-    }
-
-    #[test]
-    fn scopes_the_planner_expects_few_fragments_in_are_searched_exactly() {
-        assert_eq!(path_for(None), NearestPath::Index);
-        assert_eq!(path_for(Some(0.0)), NearestPath::Exact);
-        assert_eq!(path_for(Some(EXACT_SCAN_ROWS)), NearestPath::Exact);
-        assert_eq!(path_for(Some(EXACT_SCAN_ROWS + 1.0)), NearestPath::Index);
-        assert_eq!(path_for(Some(f64::INFINITY)), NearestPath::Index);
     }
 
     #[test]
@@ -564,6 +533,7 @@ mod tests {
                 strategy,
                 unit_vectors,
                 estimated_rows: 1_000_000.0,
+                selectivity: Some(0.001),
                 path: NearestPath::Exact,
             };
             let plan = nearest_plan(&scope, &query, None, 5, false).expect("plan");
@@ -575,17 +545,45 @@ mod tests {
                 plan.sql
             );
             // No candidate list to set: the index is not walked.
-            assert_eq!(plan.ef_search, None);
-            assert_eq!(plan.fetch, MIN_FETCH);
+            assert_eq!((plan.ef_search, plan.walk_only), (None, false));
+            assert_eq!(plan.fetch, 5);
         }
     }
 
     #[test]
-    fn the_estimate_is_the_top_plan_node_rows() {
-        let plan = serde_json::json!([{"Plan": {"Node Type": "Seq Scan", "Plan Rows": 1234, "Plans": []}}]);
-        assert_eq!(plan_rows(&plan), Some(1234.0));
-        assert_eq!(plan_rows(&serde_json::json!([])), None);
-        assert_eq!(plan_rows(&serde_json::json!({"Plan": {}})), None);
+    fn a_scope_estimate_reads_the_rows_and_how_the_plan_reaches_them() {
+        let estimate = |plan: Value| scope_estimate(&serde_json::json!([{ "Plan": plan }]));
+        let scanned = estimate(serde_json::json!({
+            "Node Type": "Bitmap Heap Scan", "Plan Rows": 2942,
+            "Filter": "((metadata ->> 'category'::text) = 'c07'::text)",
+            "Plans": [{"Node Type": "Bitmap Index Scan", "Index Name": PIPELINE_INDEX, "Plan Rows": 58841}]
+        }));
+        assert_eq!(
+            scanned,
+            ScopeEstimate {
+                admitted: 2942.0,
+                reach: Reach::Scanned
+            }
+        );
+        let sequential = estimate(serde_json::json!({"Node Type": "Seq Scan", "Plan Rows": 12}));
+        assert_eq!(sequential.reach, Reach::Scanned);
+        let metadata_index = estimate(serde_json::json!({
+            "Node Type": "Index Scan", "Index Name": "pidx_0190a0f17f5e7c3a9d5b3a1f2e4d5c6c",
+            "Plan Rows": 1000, "Filter": "(classification = ANY ('{public}'::text[]))"
+        }));
+        assert_eq!(
+            metadata_index,
+            ScopeEstimate {
+                admitted: 1000.0,
+                reach: Reach::Indexed
+            }
+        );
+        let classifications = estimate(serde_json::json!({
+            "Node Type": "Index Only Scan", "Index Name": PIPELINE_INDEX, "Plan Rows": 20000
+        }));
+        assert_eq!(classifications.reach, Reach::Indexed);
+        let unknown = scope_estimate(&serde_json::json!([]));
+        assert!(unknown.admitted.is_infinite());
     }
 
     #[test]

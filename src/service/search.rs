@@ -8,6 +8,7 @@ use crate::access::AccessLevel;
 use crate::auth::AuthContext;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
+use crate::retrieval::cost;
 use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, VectorQuery};
 use crate::state::AppState;
 use crate::store::Connection;
@@ -273,8 +274,14 @@ pub async fn run_with(
         wants_vector,
         query_vector,
     );
-    let indexed_vector = wants_vector && matches!(vector_target, Some(Ok(_)));
-    let scope_parts = resolve_scope(state, &context, &input, pipeline_id, indexed_vector);
+    let vector_limit = (wants_vector && matches!(vector_target, Some(Ok(_)))).then_some(
+        if input.kind == SearchKind::Mmr {
+            params.fetch_k
+        } else {
+            params.k
+        },
+    );
+    let scope_parts = resolve_scope(state, &context, &input, pipeline_id, vector_limit);
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
     let parts = scope_parts?;
     if parts.classifications.is_empty() {
@@ -376,23 +383,26 @@ async fn query_embedding(
 }
 
 /// What restricts a search: the classifications it may see, the filter (as a condition and
-/// compiled), and the path a vector search takes.
+/// compiled), and how a vector search finds its rows.
 struct ScopeParts {
     classifications: Vec<String>,
     filter: Option<sea_query::Condition>,
     compiled: Option<super::filters::CompiledFilter>,
     path: NearestPath,
+    /// The share of the association the scope admits, when it restricts it.
+    selectivity: Option<f64>,
 }
 
 /// Resolves the classifications, compiles the filter and, for a vector search under a filter
-/// or over some of the pipeline's classifications, asks whether few enough fragments pass for
-/// the exact path.
+/// or over some of the pipeline's classifications, chooses its path by cost from the
+/// planner's view of the scope (`retrieval::cost`). `limit` is the rows the statement
+/// selects (`k`, or MMR's `fetch_k`).
 async fn resolve_scope(
     state: &AppState,
     context: &SearchContext,
     input: &SearchInput,
     pipeline_id: Uuid,
-    indexed_vector: bool,
+    vector_limit: Option<u64>,
 ) -> ApiResult<ScopeParts> {
     let classifications = trove_query::classification::resolve(
         &input.classification,
@@ -412,23 +422,30 @@ async fn resolve_scope(
     };
     let filter = compiled.as_ref().map(|c| c.condition.clone());
     let restricted = filter.is_some() || classifications.len() < context.classification_names.len();
-    let path = if indexed_vector && restricted && !classifications.is_empty() {
-        let scope = Scope {
-            pipeline_id,
-            classifications: &classifications,
-            filter: filter.clone(),
-        };
-        search::path_for(Some(
-            search::estimate_scope_rows_cached(&state.pool, &state.scope_estimates, &scope).await?,
-        ))
-    } else {
-        NearestPath::Index
+    let (path, selectivity) = match vector_limit {
+        Some(limit) if restricted && !classifications.is_empty() => {
+            let scope = Scope {
+                pipeline_id,
+                classifications: &classifications,
+                filter: filter.clone(),
+            };
+            let vectors = context.ve_estimated_rows.map_or(0.0, f64::from);
+            let estimate =
+                search::estimate_scope_cached(&state.pool, &state.scope_estimates, &scope, vectors)
+                    .await?;
+            (
+                cost::choose(vectors, Some(estimate), limit),
+                Some(cost::selectivity(vectors.max(estimate.admitted), estimate)),
+            )
+        }
+        _ => (NearestPath::Index, None),
     };
     Ok(ScopeParts {
         classifications,
         filter,
         compiled,
         path,
+        selectivity,
     })
 }
 
@@ -485,6 +502,7 @@ impl Search<'_> {
             unit_vectors: strategy == DistanceStrategy::Cosine
                 || self.context.ve_unit_vectors.unwrap_or(false),
             estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
+            selectivity: self.parts.selectivity,
             path: self.parts.path,
         };
         let scope = self.scope();

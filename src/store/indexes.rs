@@ -59,7 +59,7 @@ fn statistics_name(field: &str, declared_type: &str) -> String {
 /// exist yet. With them the planner estimates a filter on a field without a metadata index
 /// from the data (its values' frequencies and histogram) instead of a fixed guess (0.5 % for
 /// an equality), which decides whether a filtered vector search scans exactly
-/// (`retrieval::search::path_for`). They are filled by the next `ANALYZE` of `fragments`.
+/// (`retrieval::cost::choose`). They are filled by the next `ANALYZE` of `fragments`.
 pub async fn ensure_field_statistics(
     conn: &mut PgConnection,
     schema: &serde_json::Value,

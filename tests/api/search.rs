@@ -627,6 +627,7 @@ async fn every_connection_searches_with_iterative_scans() {
 /// same statement on the index path does.
 #[tokio::test]
 async fn selective_scopes_are_searched_exactly() {
+    use trove::retrieval::cost;
     use trove::retrieval::search::{self, DistanceStrategy, NearestPath, Scope, VectorQuery};
 
     let (app, pid) = searchable_app().await;
@@ -695,8 +696,8 @@ async fn selective_scopes_are_searched_exactly() {
         assert!((got - want).abs() < 1e-6, "score {got} != {want}");
     }
 
-    // The choice: the planner's estimate of the admitted fragments is small, so the path is
-    // exact.
+    // The choice: the scope admits a few of six fragments, fewer than a walk visits, so the
+    // path is exact.
     let schema = json!({"type": "object", "properties": {"year": {"type": "integer"}, "name": {"type": "string"}}});
     let typed =
         trove_query::filter::validate(&serde_json::from_value(filter).unwrap(), &schema).unwrap();
@@ -710,11 +711,11 @@ async fn selective_scopes_are_searched_exactly() {
             &trove_query::filter::TeqExpansions::new(),
         )),
     };
-    let rows = search::estimate_scope_rows(&app.state.pool, &scope)
+    let estimate = search::estimate_scope(&app.state.pool, &scope)
         .await
         .unwrap();
-    assert!(rows <= search::EXACT_SCAN_ROWS, "estimate {rows}");
-    assert_eq!(search::path_for(Some(rows)), NearestPath::Exact);
+    assert!(estimate.admitted <= 6.0, "estimate {estimate:?}");
+    assert_eq!(cost::choose(6.0, Some(estimate), 3), NearestPath::Exact);
 
     // The plans: with sorts disabled (so a planner that can walk the index does, even on six
     // rows), the index path reads the HNSW index and the exact path still does not.
@@ -730,6 +731,7 @@ async fn selective_scopes_are_searched_exactly() {
             strategy: DistanceStrategy::Cosine,
             unit_vectors: true,
             estimated_rows: 6.0,
+            selectivity: None,
             path,
         };
         let plan = search::nearest_plan(&scope, &query, None, 3, false).unwrap();

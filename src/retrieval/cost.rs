@@ -1,0 +1,293 @@
+//! The path of a vector search, chosen by cost.
+//!
+//! A search over a restricted scope (a metadata filter, or some of the pipeline's
+//! classifications) can walk the association's HNSW index, testing each candidate against the
+//! scope, or compute the distance of every fragment the scope admits (exact). The planner
+//! says how many fragments the scope admits and how it reaches them; from that and the
+//! association's vector count both costs are estimated in microseconds, and the cheaper path
+//! is taken among those that keep recall@k near exact.
+//!
+//! - **Exact**: every fragment the scope reads, at [`READ_SCANNED_US`] when the scope's
+//!   conditions are tested on each of the pipeline's fragments (no index serves them) or
+//!   [`READ_INDEXED_US`] when an index (a metadata index, the classification index) yields
+//!   just the admitted ones, plus [`DISTANCE_US`] per admitted fragment.
+//! - **Walk**: [`VISIT_US`] per candidate the walk visits, `max(ef_search, fetch / s)` at
+//!   selectivity `s`. The candidate list is sized so that the first list is expected to hold
+//!   [`FIRST_LIST_MARGIN`] times the rows fetched: those come out of the index in distance order
+//!   with the recall of an unfiltered walk, and the iterative scan's continuation (whose rows
+//!   may come late and out of order) is rarely needed. When that list would exceed
+//!   [`MAX_EF_SEARCH`] (a scope rarer than about `2 × fetch / 1,000`), the walk cannot promise
+//!   that recall and the search is exact whatever it costs.
+//!
+//! The constants were measured on a 2-core machine (pgbench, one client, 58,841 fragments of
+//! ~2 KB rows, 384-d vectors, `m` 10): a scan testing a JSON condition on every fragment
+//! 0.45 µs per fragment; fetching an admitted fragment's vector and its distance about 2 µs,
+//! reading it through a metadata index 0.5 µs more (2.56 ms for 1,000 fragments at 100,000
+//! and 22 ms for 10,000 at 1,000,000 on the search benchmark); the HNSW walk
+//! under a 5 % filter 4.8 ms for 20 rows (400 candidates) and 1.5 ms for 5 (100), against
+//! 1.1 ms unfiltered at `ef_search` 100–150.
+
+use super::search::NearestPath;
+use crate::store::SESSION_EF_SEARCH;
+
+/// Microseconds to read a fragment and test the scope's conditions on it in a scan.
+pub const READ_SCANNED_US: f64 = 0.45;
+/// Microseconds to read an admitted fragment through an index (random heap access).
+pub const READ_INDEXED_US: f64 = 0.5;
+/// Microseconds to fetch an admitted fragment's vector and compute its distance.
+pub const DISTANCE_US: f64 = 2.0;
+/// Microseconds per candidate of an HNSW walk, with its fragment read and tested.
+pub const VISIT_US: f64 = 10.0;
+/// How many times the rows fetched the first candidate list is expected to hold under a
+/// restricted scope.
+pub const FIRST_LIST_MARGIN: f64 = 2.0;
+
+/// Rows an unrestricted statement fetches at least. With `relaxed_order`, rows found after the
+/// first candidate list may come out of order, so an unrestricted walk reads more than `k`
+/// (the first list holds them: it costs nothing measurable) and the rows are sorted and cut.
+pub const MIN_FETCH: u64 = 20;
+
+/// Vector count up to which [`SESSION_EF_SEARCH`] is enough.
+const EF_SEARCH_BASE_ROWS: f64 = 100_000.0;
+
+/// Largest `hnsw.ef_search` a search sets.
+pub const MAX_EF_SEARCH: u64 = 1000;
+
+/// How a scope reaches the fragments it admits, by its plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// An index yields the admitted fragments (a metadata index, or the classification index
+    /// when the scope has no other condition).
+    Indexed,
+    /// The scope's conditions are tested on each of the pipeline's fragments.
+    Scanned,
+}
+
+/// The planner's view of a scope: fragments admitted and how they are reached.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScopeEstimate {
+    pub admitted: f64,
+    pub reach: Reach,
+}
+
+/// How an HNSW walk runs: its candidate list and the rows its statement fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walk {
+    pub ef_search: u64,
+    pub fetch: u64,
+}
+
+/// The candidate list that keeps recall@5 near 0.97 on an unrestricted walk of `vectors`
+/// vectors: 150 up to 100,000, then growing as `vectors^0.6` (597 at 1,000,000; on the search
+/// benchmark 0.95 at 400, 0.93 at 300).
+fn base_ef_search(vectors: f64) -> f64 {
+    let base = SESSION_EF_SEARCH as f64;
+    if vectors > EF_SEARCH_BASE_ROWS {
+        base * (vectors / EF_SEARCH_BASE_ROWS).powf(0.6)
+    } else {
+        base
+    }
+}
+
+/// Clamps a candidate list to what a search sets.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the value is clamped to the target range first"
+)]
+fn clamp_ef(ef: f64) -> u64 {
+    ef.round()
+        .clamp(SESSION_EF_SEARCH as f64, MAX_EF_SEARCH as f64) as u64
+}
+
+/// The walk of a statement returning `limit` rows from an association of `vectors` vectors,
+/// over a scope admitting the share `selectivity` of them (`None`: the whole association).
+/// `None` when the scope is too rare for a walk to find its nearest fragments.
+pub fn walk(vectors: f64, selectivity: Option<f64>, limit: u64) -> Option<Walk> {
+    let base = base_ef_search(vectors);
+    match selectivity {
+        None => {
+            let fetch = Ord::max(limit, MIN_FETCH);
+            Some(Walk {
+                ef_search: clamp_ef(base.max(fetch as f64)),
+                fetch,
+            })
+        }
+        Some(share) => {
+            let needed = FIRST_LIST_MARGIN * limit as f64 / share.clamp(0.0, 1.0);
+            (needed <= MAX_EF_SEARCH as f64).then(|| Walk {
+                ef_search: clamp_ef(base.max(needed)),
+                fetch: limit,
+            })
+        }
+    }
+}
+
+/// Microseconds an exact search of the scope costs, for an association of `vectors`.
+pub fn exact_cost(vectors: f64, scope: ScopeEstimate) -> f64 {
+    let admitted = scope.admitted.max(0.0);
+    let read = match scope.reach {
+        Reach::Indexed => admitted * READ_INDEXED_US,
+        Reach::Scanned => vectors.max(admitted) * READ_SCANNED_US,
+    };
+    read + admitted * DISTANCE_US
+}
+
+/// Microseconds a walk costs at `selectivity`.
+pub fn walk_cost(walk: Walk, selectivity: f64) -> f64 {
+    let visits =
+        (walk.ef_search as f64).max(walk.fetch as f64 / selectivity.max(f64::MIN_POSITIVE));
+    visits * VISIT_US
+}
+
+/// The share of an association of `vectors` vectors a scope admits (at most 1).
+pub fn selectivity(vectors: f64, scope: ScopeEstimate) -> f64 {
+    if vectors <= 0.0 {
+        return 1.0;
+    }
+    (scope.admitted.max(0.0) / vectors).min(1.0)
+}
+
+/// The path of a statement returning `limit` rows over `scope` (`None`: the whole
+/// association) in an association of `vectors` vectors (the planner's count; 0 or negative when
+/// unknown, then taken as the scope's own size).
+pub fn choose(vectors: f64, scope: Option<ScopeEstimate>, limit: u64) -> NearestPath {
+    let Some(scope) = scope else {
+        return NearestPath::Index;
+    };
+    let vectors = vectors.max(scope.admitted);
+    let share = selectivity(vectors, scope);
+    match walk(vectors, Some(share), limit) {
+        Some(walk) if walk_cost(walk, share) < exact_cost(vectors, scope) => NearestPath::Index,
+        _ => NearestPath::Exact,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(admitted: f64) -> Option<ScopeEstimate> {
+        Some(ScopeEstimate {
+            admitted,
+            reach: Reach::Scanned,
+        })
+    }
+
+    fn indexed(admitted: f64) -> Option<ScopeEstimate> {
+        Some(ScopeEstimate {
+            admitted,
+            reach: Reach::Indexed,
+        })
+    }
+
+    #[test]
+    fn an_unrestricted_search_walks_the_index() {
+        assert_eq!(choose(1_000_000.0, None, 5), NearestPath::Index);
+        assert_eq!(choose(0.0, None, 5), NearestPath::Index);
+    }
+
+    #[test]
+    fn a_moderately_selective_filter_without_an_index_walks() {
+        // 5 % of 58,841 fragments: the walk visits 200 candidates, the scan reads them all.
+        assert_eq!(choose(58_841.0, scanned(2_942.0), 5), NearestPath::Index);
+        // 1 % of 100,000 and of 1,000,000: a list of 1,000 candidates still holds 10 rows.
+        assert_eq!(choose(100_000.0, scanned(1_000.0), 5), NearestPath::Index);
+        assert_eq!(
+            choose(1_000_000.0, scanned(10_000.0), 5),
+            NearestPath::Index
+        );
+        // A third of the classifications.
+        assert_eq!(choose(60_000.0, indexed(20_000.0), 5), NearestPath::Index);
+    }
+
+    #[test]
+    fn a_filter_served_by_a_metadata_index_reads_its_fragments_exactly() {
+        assert_eq!(choose(100_000.0, indexed(1_000.0), 5), NearestPath::Exact);
+        // 1 % of 1,000,000 through its index reads 10,000 fragments (~25 ms): a walk of 1,000
+        // candidates costs less.
+        assert_eq!(
+            choose(1_000_000.0, indexed(10_000.0), 5),
+            NearestPath::Index
+        );
+        // 5 % through an index at 58,841: 2,942 fragments read cost more than 200 visits.
+        assert_eq!(choose(58_841.0, indexed(2_942.0), 5), NearestPath::Index);
+    }
+
+    #[test]
+    fn scopes_too_rare_for_the_walk_are_exact_whatever_they_cost() {
+        // 0.1 % of 1,000,000 without an index: the list would need 10,000 candidates.
+        assert_eq!(choose(1_000_000.0, scanned(1_000.0), 5), NearestPath::Exact);
+        // 1 % with k 50 (or MMR's fetch_k 50).
+        assert_eq!(choose(100_000.0, scanned(1_000.0), 50), NearestPath::Exact);
+        assert_eq!(choose(100_000.0, scanned(0.0), 5), NearestPath::Exact);
+    }
+
+    #[test]
+    fn small_pipelines_are_searched_exactly() {
+        assert_eq!(choose(6.0, scanned(2.0), 3), NearestPath::Exact);
+        assert_eq!(choose(2_000.0, scanned(100.0), 5), NearestPath::Exact);
+        // Unknown vector count (never analysed): the scope's own size stands for it.
+        assert_eq!(choose(-1.0, scanned(500.0), 5), NearestPath::Exact);
+    }
+
+    #[test]
+    fn the_walk_sizes_its_list_to_the_scope() {
+        // Unrestricted: at least MIN_FETCH rows, the list of the association's size.
+        assert_eq!(
+            walk(100_000.0, None, 5),
+            Some(Walk {
+                ef_search: SESSION_EF_SEARCH,
+                fetch: MIN_FETCH
+            })
+        );
+        assert_eq!(walk(1_000_000.0, None, 5).map(|w| w.ef_search), Some(597));
+        assert_eq!(walk(1e9, None, 5).map(|w| w.ef_search), Some(MAX_EF_SEARCH));
+        assert_eq!(
+            walk(0.0, None, 300),
+            Some(Walk {
+                ef_search: 300,
+                fetch: 300
+            })
+        );
+        assert_eq!(
+            walk(0.0, None, 65_535).map(|w| w.ef_search),
+            Some(MAX_EF_SEARCH)
+        );
+        // Restricted: k rows, a list expected to hold twice as many admitted ones.
+        assert_eq!(
+            walk(58_841.0, Some(0.05), 5),
+            Some(Walk {
+                ef_search: 200,
+                fetch: 5
+            })
+        );
+        assert_eq!(walk(58_841.0, Some(0.5), 5).map(|w| w.ef_search), Some(150));
+        assert_eq!(
+            walk(1_000_000.0, Some(0.5), 5).map(|w| w.ef_search),
+            Some(597)
+        );
+        assert_eq!(
+            walk(100_000.0, Some(0.01), 5).map(|w| w.ef_search),
+            Some(1000)
+        );
+        assert_eq!(walk(100_000.0, Some(0.009), 5), None);
+        assert_eq!(walk(100_000.0, Some(0.0), 5), None);
+    }
+
+    #[test]
+    fn costs_follow_the_measurements() {
+        // The 5 % filter at 58,841 fragments: ~26 ms scanned, ~2 ms walked.
+        let scope = ScopeEstimate {
+            admitted: 2_942.0,
+            reach: Reach::Scanned,
+        };
+        let exact = exact_cost(58_841.0, scope);
+        assert!((25_000.0..35_000.0).contains(&exact), "{exact}");
+        let share = selectivity(58_841.0, scope);
+        let planned = walk(58_841.0, Some(share), 5);
+        assert_eq!(planned.map(|w| w.ef_search), Some(200));
+        let walked = planned.map_or(f64::INFINITY, |w| walk_cost(w, share));
+        assert!((1_500.0..3_000.0).contains(&walked), "{walked}");
+    }
+}
