@@ -9,7 +9,6 @@ use poem::Server;
 use poem::listener::TcpAcceptor;
 
 use crate::http::connections::{Connections, WatchedAcceptor};
-use sqlx::PgPool;
 
 use crate::config::Config;
 use crate::ingest::queue::Queue;
@@ -45,7 +44,7 @@ pub struct Application {
 }
 
 /// Opens the pool and applies migrations (`trove migrate` and every start).
-pub async fn migrated_pool(config: &Config) -> Result<PgPool, StartError> {
+pub async fn migrated_pool(config: &Config) -> Result<store::Pool, StartError> {
     let pool =
         store::connect_lazy(config.database_url.expose(), 32).map_err(StartError::DatabaseUrl)?;
     store::migrations::migrate(&pool).await?;

@@ -212,6 +212,8 @@ enum GroupError {
     License(String),
     #[error("database: {0}")]
     Database(#[from] crate::store::DatabaseError),
+    #[error("database: {0}")]
+    Entity(#[from] crate::store::EntityError),
     #[error("splitting: {0}")]
     Split(String),
     #[error("embedding: {0}")]

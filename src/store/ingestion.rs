@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, PgPool};
 use uuid::Uuid;
 
-use super::{Pool, vectors};
+use super::vectors;
 
 /// What the worker needs of a group's pipeline.
 #[derive(Debug, sqlx::FromRow)]
@@ -25,7 +25,7 @@ pub struct PipelineForWork {
 
 /// The pipeline of a group; `None` once it has been deleted.
 pub async fn pipeline_for_work(
-    pool: &Pool,
+    pool: &PgPool,
     pipeline_id: Uuid,
 ) -> Result<Option<PipelineForWork>, sqlx::Error> {
     sqlx::query_as(
@@ -58,7 +58,7 @@ pub struct JobVersion {
 
 /// The versions `(ids[i], versions[i])` that still exist, in one statement.
 pub async fn job_versions(
-    pool: &Pool,
+    pool: &PgPool,
     ids: &[Uuid],
     versions: &[i64],
 ) -> Result<Vec<JobVersion>, sqlx::Error> {
@@ -78,7 +78,7 @@ pub async fn job_versions(
 }
 
 /// A text splitter's provider and parameters.
-pub async fn splitter(pool: &Pool, id: Uuid) -> Result<Option<(String, Value)>, sqlx::Error> {
+pub async fn splitter(pool: &PgPool, id: Uuid) -> Result<Option<(String, Value)>, sqlx::Error> {
     sqlx::query_as("SELECT provider, parameters FROM text_splitters WHERE id = $1")
         .bind(id)
         .fetch_optional(pool)
@@ -121,7 +121,7 @@ pub struct VectorTable {
 /// versions still `pending` (locked first) are stored, so a job delivered twice never
 /// duplicates fragments. Returns, per version, whether it was stored.
 pub async fn store_group(
-    pool: &Pool,
+    pool: &PgPool,
     pipeline_id: Uuid,
     vector_table: Option<VectorTable>,
     versions: &[ProcessedVersion<'_>],
@@ -236,7 +236,7 @@ impl GrownTable {
 /// `pg_class.reltuples` of each table, in order: the rows its last analysis (or vacuum)
 /// counted, negative when it was never analysed; `None` for a table that no longer exists.
 pub async fn analysed_rows(
-    pool: &Pool,
+    pool: &PgPool,
     tables: &[GrownTable],
 ) -> Result<Vec<Option<f32>>, sqlx::Error> {
     let names: Vec<String> = tables.iter().map(|t| t.name()).collect();
@@ -252,7 +252,7 @@ pub async fn analysed_rows(
 
 /// `ANALYZE` of a table, outside any transaction; skipped (with a server warning) when
 /// another analysis of it, or autovacuum, holds the table.
-pub async fn analyze(pool: &Pool, table: GrownTable) -> Result<(), sqlx::Error> {
+pub async fn analyze(pool: &PgPool, table: GrownTable) -> Result<(), sqlx::Error> {
     sqlx::raw_sql(AssertSqlSafe(format!(
         "ANALYZE (SKIP_LOCKED) {}",
         table.name()
@@ -350,7 +350,7 @@ pub const PENDING_LIMIT_HOURS: i64 = 24;
 
 /// Marks versions pending for more than 24 hours `failed` and drops their raw text; returns
 /// how many.
-pub async fn fail_stale_pending(pool: &Pool) -> Result<u64, sqlx::Error> {
+pub async fn fail_stale_pending(pool: &PgPool) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let failed: Vec<(Uuid, i64)> = sqlx::query_as(
         "UPDATE documents SET status = 'failed', updated_at = now()
@@ -385,7 +385,7 @@ pub struct UnconfirmedJob {
 /// is published again at most once per `after`, even by many workers, and again after that
 /// only if its entry is still there (the publish failed).
 pub async fn claim_unconfirmed_jobs(
-    pool: &Pool,
+    pool: &PgPool,
     after: Duration,
     limit: i64,
 ) -> Result<Vec<UnconfirmedJob>, sqlx::Error> {
@@ -415,7 +415,7 @@ pub async fn claim_unconfirmed_jobs(
 
 /// Removes the outbox entries of versions whose jobs JetStream has stored.
 pub async fn forget_queued_jobs(
-    pool: &Pool,
+    pool: &PgPool,
     ids: &[Uuid],
     versions: &[i64],
 ) -> Result<(), sqlx::Error> {

@@ -2,11 +2,11 @@
 
 use crate::access::ObjectType;
 
-use super::Pool;
+use sqlx::PgPool;
 
 /// How many objects of a type exist (seeded objects count). Types whose storage does not
 /// exist in this release count 0.
-pub async fn count_objects(pool: &Pool, object_type: ObjectType) -> Result<i64, sqlx::Error> {
+pub async fn count_objects(pool: &PgPool, object_type: ObjectType) -> Result<i64, sqlx::Error> {
     let Some(sql) = counted_table(object_type) else {
         return Ok(0);
     };

@@ -1,10 +1,12 @@
-//! Storage: the only code that runs SQL. Statements are either static SQL with bound
-//! parameters or sea-query statements built by `trove-query`.
+//! Storage: the only code that runs SQL. The plain CRUD of entities goes through sea-orm
+//! (`entities`); the hot paths are static SQL with bound parameters or sea-query statements
+//! built by `trove-query`, run by sqlx. Both run on the same pool.
 
 pub mod agents;
 pub mod api_keys;
 pub mod documents;
 pub mod embedding;
+pub mod entities;
 pub mod indexes;
 pub mod ingestion;
 pub mod install;
@@ -17,16 +19,50 @@ pub mod taxonomies;
 pub mod text_splitters;
 pub mod vectors;
 
+use std::ops::Deref;
 use std::time::Duration;
 
+use sea_orm::{ConnAcquireErr, DatabaseConnection, DbErr, RuntimeErr, SqlxPostgresConnector};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::error::ApiError;
 
-/// The database: a pool of connections. Layers above the store hold it and pass it back;
-/// only the store runs statements on it.
-pub type Pool = PgPool;
+/// The database: a pool of connections, and sea-orm's connection over the same pool. Layers
+/// above the store hold it and pass it back; only the store runs statements on it.
+///
+/// It derefs to the sqlx pool, on which the hot paths and the transactions they share run.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    sqlx: PgPool,
+    orm: DatabaseConnection,
+}
+
+impl Pool {
+    /// Wraps a pool; sea-orm takes its connections from it.
+    pub fn new(sqlx: PgPool) -> Self {
+        let orm = SqlxPostgresConnector::from_sqlx_postgres_pool(sqlx.clone());
+        Self { sqlx, orm }
+    }
+
+    /// The sqlx pool.
+    pub fn sqlx(&self) -> &PgPool {
+        &self.sqlx
+    }
+
+    /// The sea-orm connection, for entities (`entities`).
+    pub(crate) fn orm(&self) -> &DatabaseConnection {
+        &self.orm
+    }
+}
+
+impl Deref for Pool {
+    type Target = PgPool;
+
+    fn deref(&self) -> &PgPool {
+        &self.sqlx
+    }
+}
 
 /// A connection taken from the pool (kept across statements of one request).
 pub type Connection = sqlx::pool::PoolConnection<sqlx::Postgres>;
@@ -37,6 +73,9 @@ pub type DbConnection = sqlx::PgConnection;
 
 /// A failure of a statement.
 pub type DatabaseError = sqlx::Error;
+
+/// A failure of a statement on an entity (`entities`).
+pub type EntityError = DbErr;
 
 /// `hnsw.ef_search` of every connection (set at connection start with `hnsw.iterative_scan =
 /// relaxed_order`): the candidate list of an HNSW search. On the 100,000-fragment benchmark
@@ -50,7 +89,7 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens a connection pool. Connections are made lazily, so a database that is down at
 /// start is reported per request (`Database connection error`), not by a crash.
-pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Pool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
     // Every session searches HNSW indexes with iterative scans and a candidate list of
     // SESSION_EF_SEARCH, so a search needs no transaction of its own to set them (pgvector
@@ -69,7 +108,7 @@ pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Err
         ("max_parallel_workers_per_gather", "0".to_owned()),
         ("jit", "off".to_owned()),
     ]);
-    Ok(PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
         // A connection idle for a while is pinged before use (the server may have closed it);
@@ -83,7 +122,8 @@ pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Err
                 Ok(true)
             })
         })
-        .connect_lazy_with(options))
+        .connect_lazy_with(options);
+    Ok(Pool::new(pool))
 }
 
 /// Database failures as the interface reports them: unique and restrict violations are
@@ -91,7 +131,13 @@ pub fn connect_lazy(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Err
 /// the database's own message.
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> ApiError {
-        match &err {
+        ApiError::from(&err)
+    }
+}
+
+impl From<&sqlx::Error> for ApiError {
+    fn from(err: &sqlx::Error) -> ApiError {
+        match err {
             // 23001 is `restrict_violation` (ON DELETE RESTRICT), which sqlx does not classify.
             sqlx::Error::Database(db) if db.code().as_deref() == Some("23001") => {
                 ApiError::ConflictRelated
@@ -103,6 +149,25 @@ impl From<sqlx::Error> for ApiError {
             },
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
                 ApiError::DatabaseConnection(err.to_string())
+            }
+            _ => ApiError::Database(err.to_string()),
+        }
+    }
+}
+
+/// sea-orm's failures as the same table: the sqlx error it wraps is mapped as above, and a
+/// connection it could not take from the pool as the sqlx error it stands for.
+impl From<DbErr> for ApiError {
+    fn from(err: DbErr) -> ApiError {
+        match &err {
+            DbErr::Conn(RuntimeErr::SqlxError(sqlx))
+            | DbErr::Exec(RuntimeErr::SqlxError(sqlx))
+            | DbErr::Query(RuntimeErr::SqlxError(sqlx)) => ApiError::from(sqlx.as_ref()),
+            DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => {
+                ApiError::from(sqlx::Error::PoolTimedOut)
+            }
+            DbErr::ConnectionAcquire(ConnAcquireErr::ConnectionClosed) => {
+                ApiError::from(sqlx::Error::PoolClosed)
             }
             _ => ApiError::Database(err.to_string()),
         }
