@@ -16,7 +16,7 @@ use crate::crypto::{generate_key_secret, hash_key_secret};
 use crate::error::{ApiError, ApiResult};
 use crate::license::License;
 use crate::store::Pool;
-use crate::store::api_keys as store;
+use crate::store::api_keys::{self as store, EntryWrite};
 use crate::store::listing;
 use crate::time::rfc3339;
 
@@ -214,42 +214,34 @@ pub async fn create(
         } else {
             Vec::new()
         };
-        entries.push((object_type, *level, classifications));
+        entries.push(EntryWrite {
+            object_type,
+            object_id: TYPE_ENTRY_ID,
+            level: *level,
+            classifications,
+        });
     }
-    for (object_type, level, classifications) in &entries {
+    for entry in &entries {
         check_grant(
             auth,
-            *object_type,
+            entry.object_type,
             TYPE_ENTRY_ID,
             None,
-            *level,
-            classifications,
+            entry.level,
+            &entry.classifications,
         )?;
     }
 
     let id = Uuid::new_v4();
     let secret = generate_key_secret();
-    let mut tx = pool.begin().await?;
-    let row = store::insert(
-        &mut tx,
+    let secret_hash = hash_key_secret(id, &secret);
+    let key = store::NewKey {
         id,
-        &input.name,
-        input.description.as_deref(),
-        &hash_key_secret(id, &secret),
-    )
-    .await?;
-    for (object_type, level, classifications) in &entries {
-        store::put_entry(
-            &mut tx,
-            id,
-            *object_type,
-            TYPE_ENTRY_ID,
-            *level,
-            classifications,
-        )
-        .await?;
-    }
-    tx.commit().await?;
+        name: &input.name,
+        description: input.description.as_deref(),
+        secret_hash: &secret_hash,
+    };
+    let row = store::insert(pool, key, &entries).await?;
     Ok(CreatedKey {
         id: row.id,
         name: row.name,
@@ -352,23 +344,19 @@ pub async fn change_entries(
             classifications,
         )?;
     }
-    let mut tx = pool.begin().await?;
-    for (object_type, change) in &parsed {
-        let classifications = if *object_type == ObjectType::Pipelines {
-            change.classifications.clone()
-        } else {
-            Vec::new()
-        };
-        store::put_entry(
-            &mut tx,
-            id,
-            *object_type,
-            change.object_id,
-            change.level,
-            &classifications,
-        )
-        .await?;
-    }
-    tx.commit().await?;
+    let writes: Vec<EntryWrite> = parsed
+        .into_iter()
+        .map(|(object_type, change)| EntryWrite {
+            object_type,
+            object_id: change.object_id,
+            level: change.level,
+            classifications: if object_type == ObjectType::Pipelines {
+                change.classifications
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    store::put_entries(pool, id, &writes).await?;
     Ok(())
 }

@@ -2,12 +2,16 @@
 //! traces (encrypted: they hold fragment text and answers).
 
 use chrono::{DateTime, Utc};
+use sea_orm::ActiveValue::NotSet;
+use sea_orm::{ActiveModelTrait, ColumnTrait, DbErr, EntityTrait, QueryFilter, Set};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Pool;
+use super::api_keys::delete_with_entries;
+use super::entities::{self, agent, agent_trace};
 use crate::access::ObjectType;
 use crate::time::rfc3339;
 
@@ -46,69 +50,64 @@ const COLUMNS: [&str; 7] = [
     "updated_at",
 ];
 
+impl From<agent::Model> for AgentRow {
+    fn from(m: agent::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            prompt: m.prompt,
+            placeholders: m.placeholders,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+impl AgentFields<'_> {
+    /// The fields as the columns they write.
+    fn active_model(&self) -> agent::ActiveModel {
+        agent::ActiveModel {
+            name: Set(self.name.to_owned()),
+            description: Set(self.description.map(str::to_owned)),
+            prompt: Set(self.prompt.clone()),
+            placeholders: Set(self.placeholders.clone()),
+            ..Default::default()
+        }
+    }
+}
+
 /// One agent by id.
-pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<AgentRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, description, prompt, placeholders, created_at, updated_at
-         FROM agents WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get(db: &Pool, id: Uuid) -> Result<Option<AgentRow>, DbErr> {
+    let row = agent::Entity::find_by_id(id).one(db.orm()).await?;
+    Ok(row.map(AgentRow::from))
 }
 
 /// Inserts an agent.
-pub async fn insert(
-    pool: &PgPool,
-    id: Uuid,
-    fields: &AgentFields<'_>,
-) -> Result<AgentRow, sqlx::Error> {
-    sqlx::query_as(
-        "INSERT INTO agents (id, name, description, prompt, placeholders)
-         VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, name, description, prompt, placeholders, created_at, updated_at",
-    )
-    .bind(id)
-    .bind(fields.name)
-    .bind(fields.description)
-    .bind(fields.prompt)
-    .bind(fields.placeholders)
-    .fetch_one(pool)
-    .await
+pub async fn insert(db: &Pool, id: Uuid, fields: &AgentFields<'_>) -> Result<AgentRow, DbErr> {
+    let row = agent::ActiveModel {
+        id: Set(id),
+        ..fields.active_model()
+    }
+    .insert(db.orm())
+    .await?;
+    Ok(row.into())
 }
 
 /// Writes the full state of an agent's editable fields; `None` when it no longer exists.
 pub async fn update(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     fields: &AgentFields<'_>,
-) -> Result<Option<AgentRow>, sqlx::Error> {
-    sqlx::query_as(
-        "UPDATE agents SET name = $2, description = $3, prompt = $4, placeholders = $5,
-                updated_at = now()
-         WHERE id = $1
-         RETURNING id, name, description, prompt, placeholders, created_at, updated_at",
-    )
-    .bind(id)
-    .bind(fields.name)
-    .bind(fields.description)
-    .bind(fields.prompt)
-    .bind(fields.placeholders)
-    .fetch_optional(pool)
-    .await
+) -> Result<Option<AgentRow>, DbErr> {
+    let row = entities::update_by_id(db.orm(), id, fields.active_model()).await?;
+    Ok(row.map(AgentRow::from))
 }
 
 /// Deletes an agent and the permission entries on it; whether it existed. Its traces stay
 /// until they expire (they belong to the key that ran them).
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    super::api_keys::delete_entries_on(&mut tx, ObjectType::Agents, id).await?;
-    let deleted = sqlx::query("DELETE FROM agents WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(deleted.rows_affected() > 0)
+pub async fn delete(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    delete_with_entries::<agent::Entity>(db, ObjectType::Agents, id).await
 }
 
 /// The base statement of the agent list: readable agents only.
@@ -142,7 +141,7 @@ pub struct NewTrace<'a> {
 }
 
 /// A stored trace, its encrypted parts still encrypted.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct TraceRow {
     pub id: Uuid,
     pub agent_id: Uuid,
@@ -154,66 +153,84 @@ pub struct TraceRow {
     pub answer: Option<Vec<u8>>,
 }
 
+impl From<agent_trace::Model> for TraceRow {
+    fn from(m: agent_trace::Model) -> Self {
+        Self {
+            id: m.id,
+            agent_id: m.agent_id,
+            pipeline_id: m.pipeline_id,
+            llm_id: m.llm_id,
+            created_at: m.created_at,
+            retrievals: m.retrievals,
+            messages: m.messages,
+            answer: m.answer,
+        }
+    }
+}
+
+/// `now() - make_interval(secs => max_age_seconds)`: the oldest creation time a readable
+/// trace has, in the database's clock.
+fn expiry(max_age_seconds: f64) -> Expr {
+    Expr::cust_with_values("now() - make_interval(secs => $1)", [max_age_seconds])
+}
+
 /// Writes a trace.
-pub async fn insert_trace(pool: &PgPool, trace: &NewTrace<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO agent_traces
-             (id, api_key_id, agent_id, pipeline_id, llm_id, retrievals, messages, answer)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(trace.id)
-    .bind(trace.api_key_id)
-    .bind(trace.agent_id)
-    .bind(trace.pipeline_id)
-    .bind(trace.llm_id)
-    .bind(trace.retrievals)
-    .bind(trace.messages)
-    .bind(trace.answer)
-    .execute(pool)
-    .await?;
+pub async fn insert_trace(db: &Pool, trace: &NewTrace<'_>) -> Result<(), DbErr> {
+    let row = agent_trace::ActiveModel {
+        id: Set(trace.id),
+        api_key_id: Set(trace.api_key_id),
+        agent_id: Set(trace.agent_id),
+        pipeline_id: Set(trace.pipeline_id),
+        llm_id: Set(trace.llm_id),
+        retrievals: Set(trace.retrievals.to_vec()),
+        messages: Set(trace.messages.to_vec()),
+        answer: Set(trace.answer.map(<[u8]>::to_vec)),
+        created_at: NotSet,
+    };
+    agent_trace::Entity::insert(row)
+        .exec_without_returning(db.orm())
+        .await?;
     Ok(())
 }
 
 /// Records the answer of a trace (encrypted).
-pub async fn set_trace_answer(pool: &PgPool, id: Uuid, answer: &[u8]) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE agent_traces SET answer = $2 WHERE id = $1")
-        .bind(id)
-        .bind(answer)
-        .execute(pool)
+pub async fn set_trace_answer(db: &Pool, id: Uuid, answer: &[u8]) -> Result<(), DbErr> {
+    agent_trace::Entity::update_many()
+        .col_expr(agent_trace::Column::Answer, Expr::value(answer.to_vec()))
+        .filter(agent_trace::Column::Id.eq(id))
+        .exec(db.orm())
         .await?;
     Ok(())
 }
 
 /// A trace of `api_key_id` younger than `max_age_seconds`.
 pub async fn get_trace(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     api_key_id: Uuid,
     max_age_seconds: f64,
-) -> Result<Option<TraceRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, agent_id, pipeline_id, llm_id, created_at, retrievals, messages, answer
-         FROM agent_traces
-         WHERE id = $1 AND api_key_id = $2
-           AND created_at > now() - make_interval(secs => $3)",
-    )
-    .bind(id)
-    .bind(api_key_id)
-    .bind(max_age_seconds)
-    .fetch_optional(pool)
-    .await
+) -> Result<Option<TraceRow>, DbErr> {
+    let row = agent_trace::Entity::find_by_id(id)
+        .filter(agent_trace::Column::ApiKeyId.eq(api_key_id))
+        .filter(
+            agent_trace::Column::CreatedAt
+                .into_expr()
+                .gt(expiry(max_age_seconds)),
+        )
+        .one(db.orm())
+        .await?;
+    Ok(row.map(TraceRow::from))
 }
 
 /// Deletes the traces older than `max_age_seconds`; how many.
-pub async fn delete_expired_traces(
-    pool: &PgPool,
-    max_age_seconds: f64,
-) -> Result<u64, sqlx::Error> {
-    let deleted = sqlx::query(
-        "DELETE FROM agent_traces WHERE created_at <= now() - make_interval(secs => $1)",
-    )
-    .bind(max_age_seconds)
-    .execute(pool)
-    .await?;
-    Ok(deleted.rows_affected())
+pub async fn delete_expired_traces(db: &Pool, max_age_seconds: f64) -> Result<u64, DbErr> {
+    let deleted = agent_trace::Entity::delete_many()
+        .filter(
+            agent_trace::Column::CreatedAt
+                .into_expr()
+                .lte(expiry(max_age_seconds)),
+        )
+        .exec(db.orm())
+        .await?;
+    Ok(deleted.rows_affected)
 }

@@ -1,11 +1,18 @@
 //! API keys and permission entries.
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PrimaryKeyTrait,
+    QueryFilter, QueryOrder, Set, TransactionTrait,
+};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Pool;
+use super::entities::{self, api_key, permission};
 use crate::access::{AccessLevel, ObjectType, PermissionEntry};
 use crate::time::rfc3339;
 
@@ -42,19 +49,29 @@ pub struct KeyForAuth {
     pub is_master: bool,
 }
 
-#[derive(sqlx::FromRow)]
-struct EntryRow {
-    object_type: String,
-    object_id: Uuid,
-    permission: i16,
-    classifications: Vec<String>,
+impl From<api_key::Model> for ApiKeyRow {
+    fn from(m: api_key::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            active: m.active,
+            expiration: m.expiration,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+            is_master: m.is_master,
+        }
+    }
 }
 
-/// The columns of [`ApiKeyRow`], as a literal for `concat!` (SQL text is never formatted).
-macro_rules! key_columns {
-    () => {
-        "id, name, description, active, expiration, created_at, updated_at, is_master"
-    };
+/// One permission entry to write: a level above 0 sets it, 0 removes it.
+#[derive(Debug, Clone)]
+pub struct EntryWrite {
+    pub object_type: ObjectType,
+    /// The object, or `TYPE_ENTRY_ID` for the type entry.
+    pub object_id: Uuid,
+    pub level: AccessLevel,
+    pub classifications: Vec<String>,
 }
 
 /// Reads a key and its permission entries for the key check, in one statement: a row per
@@ -88,7 +105,8 @@ pub async fn key_for_auth(
     let key = first.key.clone();
     let entries = rows
         .filter_map(|r| {
-            entry(EntryRow {
+            entry(permission::Model {
+                api_key_id: key.id,
                 object_type: r.object_type?,
                 object_id: r.object_id?,
                 permission: r.permission?,
@@ -101,7 +119,7 @@ pub async fn key_for_auth(
 
 /// An entry row as [`PermissionEntry`]; rows are written only through `ObjectType` and
 /// `AccessLevel`, so both parse.
-fn entry(r: EntryRow) -> Option<PermissionEntry> {
+fn entry(r: permission::Model) -> Option<PermissionEntry> {
     let object_type = ObjectType::parse(&r.object_type).ok()?;
     let level = AccessLevel::from_bits(i64::from(r.permission))?;
     Some(PermissionEntry {
@@ -113,133 +131,156 @@ fn entry(r: EntryRow) -> Option<PermissionEntry> {
 }
 
 /// Every permission entry of a key, ordered by object type then object id.
-pub async fn entries(pool: &PgPool, key_id: Uuid) -> Result<Vec<PermissionEntry>, sqlx::Error> {
-    let rows: Vec<EntryRow> = sqlx::query_as(
-        "SELECT object_type, object_id, permission, classifications FROM permissions
-         WHERE api_key_id = $1 ORDER BY object_type, object_id",
-    )
-    .bind(key_id)
-    .fetch_all(pool)
-    .await?;
+pub async fn entries(db: &Pool, key_id: Uuid) -> Result<Vec<PermissionEntry>, DbErr> {
+    let rows = permission::Entity::find()
+        .filter(permission::Column::ApiKeyId.eq(key_id))
+        .order_by_asc(permission::Column::ObjectType)
+        .order_by_asc(permission::Column::ObjectId)
+        .all(db.orm())
+        .await?;
     Ok(rows.into_iter().filter_map(entry).collect())
 }
 
 /// One key by id.
-pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<ApiKeyRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        key_columns!(),
-        " FROM api_keys WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get(db: &Pool, id: Uuid) -> Result<Option<ApiKeyRow>, DbErr> {
+    let key = api_key::Entity::find_by_id(id).one(db.orm()).await?;
+    Ok(key.map(ApiKeyRow::from))
 }
 
-/// Inserts a key and its entries (one transaction, the caller's).
+/// What a new key stores.
+pub struct NewKey<'a> {
+    pub id: Uuid,
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub secret_hash: &'a [u8],
+}
+
+/// Inserts a key and its entries, in one transaction.
 pub async fn insert(
-    conn: &mut PgConnection,
-    id: Uuid,
-    name: &str,
-    description: Option<&str>,
-    secret_hash: &[u8],
-) -> Result<ApiKeyRow, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "INSERT INTO api_keys (id, name, description, secret_hash) VALUES ($1, $2, $3, $4) RETURNING ",
-        key_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .bind(secret_hash)
-    .fetch_one(conn)
-    .await
+    db: &Pool,
+    key: NewKey<'_>,
+    entries: &[EntryWrite],
+) -> Result<ApiKeyRow, DbErr> {
+    let txn = db.orm().begin().await?;
+    let row = api_key::ActiveModel {
+        id: Set(key.id),
+        name: Set(key.name.to_owned()),
+        description: Set(key.description.map(str::to_owned)),
+        secret_hash: Set(key.secret_hash.to_vec()),
+        ..Default::default()
+    }
+    .insert(&txn)
+    .await?;
+    for write in entries {
+        put_entry(&txn, key.id, write).await?;
+    }
+    txn.commit().await?;
+    Ok(row.into())
 }
 
 /// Writes the full state of a key's editable fields.
 pub async fn update(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
     active: bool,
     expiration: Option<DateTime<Utc>>,
-) -> Result<Option<ApiKeyRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "UPDATE api_keys SET name = $2, description = $3, active = $4, expiration = $5, updated_at = now()
-         WHERE id = $1 RETURNING ",
-        key_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .bind(active)
-    .bind(expiration)
-    .fetch_optional(pool)
-    .await
+) -> Result<Option<ApiKeyRow>, DbErr> {
+    let changes = api_key::ActiveModel {
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        active: Set(active),
+        expiration: Set(expiration),
+        ..Default::default()
+    };
+    let row = entities::update_by_id(db.orm(), id, changes).await?;
+    Ok(row.map(ApiKeyRow::from))
 }
 
 /// Deletes a key, its entries (cascade) and every entry other keys hold on it.
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM permissions WHERE object_type = 'api-keys' AND object_id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let deleted = sqlx::query("DELETE FROM api_keys WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(deleted.rows_affected() > 0)
+pub async fn delete(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    delete_with_entries::<api_key::Entity>(db, ObjectType::ApiKeys, id).await
+}
+
+/// Deletes the row `id` of `E` and every permission entry on it (as object of
+/// `object_type`), in one transaction; whether the row existed.
+pub(super) async fn delete_with_entries<E>(
+    db: &Pool,
+    object_type: ObjectType,
+    id: Uuid,
+) -> Result<bool, DbErr>
+where
+    E: EntityTrait,
+    Uuid: Into<<E::PrimaryKey as PrimaryKeyTrait>::ValueType>,
+{
+    let txn = db.orm().begin().await?;
+    delete_entries_on(&txn, object_type, id).await?;
+    let deleted = E::delete_by_id(id).exec(&txn).await?;
+    txn.commit().await?;
+    Ok(deleted.rows_affected > 0)
+}
+
+/// Applies entry writes to a key, all or nothing.
+pub async fn put_entries(db: &Pool, key_id: Uuid, writes: &[EntryWrite]) -> Result<(), DbErr> {
+    let txn = db.orm().begin().await?;
+    for write in writes {
+        put_entry(&txn, key_id, write).await?;
+    }
+    txn.commit().await
 }
 
 /// Sets (level > 0) or removes (level 0) one entry.
-pub async fn put_entry(
-    conn: &mut PgConnection,
+async fn put_entry(
+    db: &impl ConnectionTrait,
     key_id: Uuid,
-    object_type: ObjectType,
-    object_id: Uuid,
-    level: AccessLevel,
-    classifications: &[String],
-) -> Result<(), sqlx::Error> {
-    if level == AccessLevel::NONE {
-        sqlx::query(
-            "DELETE FROM permissions WHERE api_key_id = $1 AND object_type = $2 AND object_id = $3",
-        )
-        .bind(key_id)
-        .bind(object_type.key())
-        .bind(object_id)
-        .execute(conn)
-        .await?;
-    } else {
-        sqlx::query(
-            "INSERT INTO permissions (api_key_id, object_type, object_id, permission, classifications)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (api_key_id, object_type, object_id)
-             DO UPDATE SET permission = EXCLUDED.permission, classifications = EXCLUDED.classifications",
-        )
-        .bind(key_id)
-        .bind(object_type.key())
-        .bind(object_id)
-        .bind(i16::from(level.bits()))
-        .bind(classifications)
-        .execute(conn)
-        .await?;
+    write: &EntryWrite,
+) -> Result<(), DbErr> {
+    let object_type = write.object_type.key();
+    if write.level == AccessLevel::NONE {
+        permission::Entity::delete_many()
+            .filter(permission::Column::ApiKeyId.eq(key_id))
+            .filter(permission::Column::ObjectType.eq(object_type))
+            .filter(permission::Column::ObjectId.eq(write.object_id))
+            .exec(db)
+            .await?;
+        return Ok(());
     }
+    let entry = permission::ActiveModel {
+        api_key_id: Set(key_id),
+        object_type: Set(object_type.to_owned()),
+        object_id: Set(write.object_id),
+        permission: Set(i16::from(write.level.bits())),
+        classifications: Set(write.classifications.clone()),
+    };
+    permission::Entity::insert(entry)
+        .on_conflict(
+            OnConflict::columns([
+                permission::Column::ApiKeyId,
+                permission::Column::ObjectType,
+                permission::Column::ObjectId,
+            ])
+            .update_columns([
+                permission::Column::Permission,
+                permission::Column::Classifications,
+            ])
+            .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
     Ok(())
 }
 
-/// Deletes every entry held on an object (the object was deleted).
-pub async fn delete_entries_on(
-    conn: &mut PgConnection,
+/// Deletes every entry held on an object (the object is being deleted).
+pub(super) async fn delete_entries_on(
+    db: &impl ConnectionTrait,
     object_type: ObjectType,
     object_id: Uuid,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM permissions WHERE object_type = $1 AND object_id = $2")
-        .bind(object_type.key())
-        .bind(object_id)
-        .execute(conn)
+) -> Result<(), DbErr> {
+    permission::Entity::delete_many()
+        .filter(permission::Column::ObjectType.eq(object_type.key()))
+        .filter(permission::Column::ObjectId.eq(object_id))
+        .exec(db)
         .await?;
     Ok(())
 }

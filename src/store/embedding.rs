@@ -1,12 +1,15 @@
 //! Embedding providers (seeded, read-only) and embedding models.
 
 use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, ColumnTrait, DbErr, EntityTrait, QueryFilter, Set};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Pool;
+use super::api_keys::delete_with_entries;
+use super::entities::{self, embedding_model, embedding_provider};
 use crate::access::ObjectType;
 use crate::time::rfc3339;
 
@@ -58,25 +61,10 @@ pub struct ModelRow {
 }
 
 /// A stored model with its encrypted secret parameters (JSON object), for building embedders.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct StoredModel {
-    #[sqlx(flatten)]
     pub row: ModelRow,
     pub secret_parameters: Option<Vec<u8>>,
-}
-
-/// The columns of [`ProviderRow`], as a literal for `concat!` (SQL text is never formatted).
-macro_rules! provider_columns {
-    () => {
-        "id, name, description, parameters, created_at, updated_at"
-    };
-}
-
-/// The columns of [`ModelRow`].
-macro_rules! model_columns {
-    () => {
-        "id, name, description, provider, model_name, parameters, dimensions, created_at, updated_at"
-    };
 }
 
 const PROVIDER_COLUMNS: [&str; 6] = [
@@ -100,31 +88,59 @@ const MODEL_COLUMNS: [&str; 9] = [
     "updated_at",
 ];
 
+impl From<embedding_provider::Model> for ProviderRow {
+    fn from(m: embedding_provider::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            parameters: m.parameters,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+impl From<embedding_model::Model> for StoredModel {
+    fn from(m: embedding_model::Model) -> Self {
+        Self {
+            row: ModelRow {
+                id: m.id,
+                name: m.name,
+                description: m.description,
+                provider: m.provider,
+                model_name: m.model_name,
+                parameters: m.parameters,
+                dimensions: m.dimensions,
+                created_at: m.created_at,
+                updated_at: m.updated_at,
+            },
+            secret_parameters: m.secret_parameters,
+        }
+    }
+}
+
+impl From<embedding_model::Model> for ModelRow {
+    fn from(m: embedding_model::Model) -> Self {
+        StoredModel::from(m).row
+    }
+}
+
 /// One provider by id.
-pub async fn provider(pool: &PgPool, id: Uuid) -> Result<Option<ProviderRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        provider_columns!(),
-        " FROM embedding_providers WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn provider(db: &Pool, id: Uuid) -> Result<Option<ProviderRow>, DbErr> {
+    let row = embedding_provider::Entity::find_by_id(id)
+        .one(db.orm())
+        .await?;
+    Ok(row.map(ProviderRow::from))
 }
 
 /// One provider by name.
-pub async fn provider_by_name(
-    pool: &PgPool,
-    name: &str,
-) -> Result<Option<ProviderRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        provider_columns!(),
-        " FROM embedding_providers WHERE name = $1"
-    ))
-    .bind(name)
-    .fetch_optional(pool)
-    .await
+pub async fn provider_by_name(db: &Pool, name: &str) -> Result<Option<ProviderRow>, DbErr> {
+    let row = embedding_provider::Entity::find()
+        .filter(embedding_provider::Column::Name.eq(name))
+        .one(db.orm())
+        .await?;
+    Ok(row.map(ProviderRow::from))
 }
 
 /// The base statement of the provider list: readable providers only.
@@ -153,15 +169,11 @@ fn list_base(table: &str, columns: &[&str], readable_ids: Option<Vec<Uuid>>) -> 
 }
 
 /// One model by id, with its encrypted secret parameters.
-pub async fn model(pool: &PgPool, id: Uuid) -> Result<Option<StoredModel>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        model_columns!(),
-        ", secret_parameters FROM embedding_models WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn model(db: &Pool, id: Uuid) -> Result<Option<StoredModel>, DbErr> {
+    let row = embedding_model::Entity::find_by_id(id)
+        .one(db.orm())
+        .await?;
+    Ok(row.map(StoredModel::from))
 }
 
 /// What a new model stores.
@@ -177,58 +189,45 @@ pub struct NewModel<'a> {
 }
 
 /// Inserts a model (a duplicate name is a unique violation: `Conflict unique error`).
-pub async fn insert_model(pool: &PgPool, model: NewModel<'_>) -> Result<ModelRow, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "INSERT INTO embedding_models
-             (id, name, description, provider, model_name, parameters, secret_parameters, dimensions)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
-        model_columns!()
-    ))
-    .bind(model.id)
-    .bind(model.name)
-    .bind(model.description)
-    .bind(model.provider)
-    .bind(model.model_name)
-    .bind(model.parameters)
-    .bind(model.secret_parameters)
-    .bind(model.dimensions)
-    .fetch_one(pool)
-    .await
+pub async fn insert_model(db: &Pool, model: NewModel<'_>) -> Result<ModelRow, DbErr> {
+    let row = embedding_model::ActiveModel {
+        id: Set(model.id),
+        name: Set(model.name.to_owned()),
+        description: Set(model.description.map(str::to_owned)),
+        provider: Set(model.provider.to_owned()),
+        model_name: Set(model.model_name.to_owned()),
+        parameters: Set(model.parameters.clone()),
+        secret_parameters: Set(model.secret_parameters.map(<[u8]>::to_vec)),
+        dimensions: Set(model.dimensions),
+        ..Default::default()
+    }
+    .insert(db.orm())
+    .await?;
+    Ok(row.into())
 }
 
 /// Writes the full state of a model's editable fields.
 pub async fn update_model(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
     parameters: &Value,
     secret_parameters: Option<&[u8]>,
-) -> Result<Option<ModelRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "UPDATE embedding_models
-         SET name = $2, description = $3, parameters = $4, secret_parameters = $5, updated_at = now()
-         WHERE id = $1 RETURNING ",
-        model_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .bind(parameters)
-    .bind(secret_parameters)
-    .fetch_optional(pool)
-    .await
+) -> Result<Option<ModelRow>, DbErr> {
+    let changes = embedding_model::ActiveModel {
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        parameters: Set(parameters.clone()),
+        secret_parameters: Set(secret_parameters.map(<[u8]>::to_vec)),
+        ..Default::default()
+    };
+    let row = entities::update_by_id(db.orm(), id, changes).await?;
+    Ok(row.map(ModelRow::from))
 }
 
 /// Deletes a model and every permission entry on it. A model a pipeline uses is a foreign-key
 /// violation (`Conflict related error`) and nothing is deleted.
-pub async fn delete_model(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    super::api_keys::delete_entries_on(&mut tx, ObjectType::EmbeddingModels, id).await?;
-    let deleted = sqlx::query("DELETE FROM embedding_models WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(deleted.rows_affected() > 0)
+pub async fn delete_model(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    delete_with_entries::<embedding_model::Entity>(db, ObjectType::EmbeddingModels, id).await
 }

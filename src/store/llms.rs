@@ -2,12 +2,15 @@
 //! only where a call needs it.
 
 use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, DbErr, EntityTrait, Set};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Pool;
+use super::api_keys::delete_with_entries;
+use super::entities::{self, llm};
 use crate::access::ObjectType;
 use crate::time::rfc3339;
 
@@ -35,19 +38,11 @@ pub struct LlmRow {
 }
 
 /// An LLM with its encrypted key, for the calls that use it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct StoredLlm {
-    #[sqlx(flatten)]
     pub row: LlmRow,
     /// The API key encrypted with the data-at-rest cipher.
     pub api_key: Option<Vec<u8>>,
-}
-
-/// The columns of [`LlmRow`], as a literal for `concat!` (SQL text is never formatted).
-macro_rules! llm_columns {
-    () => {
-        "id, name, description, provider, endpoint, model, parameters, api_key IS NOT NULL AS has_api_key, created_at, updated_at"
-    };
 }
 
 /// The fields of an LLM written at create and by every change.
@@ -62,87 +57,84 @@ pub struct LlmFields<'a> {
     pub api_key: Option<&'a [u8]>,
 }
 
+impl From<llm::Model> for StoredLlm {
+    fn from(m: llm::Model) -> Self {
+        Self {
+            row: LlmRow {
+                id: m.id,
+                name: m.name,
+                description: m.description,
+                provider: m.provider,
+                endpoint: m.endpoint,
+                model: m.model,
+                parameters: m.parameters,
+                has_api_key: m.api_key.is_some(),
+                created_at: m.created_at,
+                updated_at: m.updated_at,
+            },
+            api_key: m.api_key,
+        }
+    }
+}
+
+impl From<llm::Model> for LlmRow {
+    fn from(m: llm::Model) -> Self {
+        StoredLlm::from(m).row
+    }
+}
+
+impl LlmFields<'_> {
+    /// The fields as the columns they write.
+    fn active_model(&self) -> llm::ActiveModel {
+        llm::ActiveModel {
+            name: Set(self.name.to_owned()),
+            description: Set(self.description.map(str::to_owned)),
+            endpoint: Set(self.endpoint.to_owned()),
+            model: Set(self.model.map(str::to_owned)),
+            parameters: Set(self.parameters.clone()),
+            api_key: Set(self.api_key.map(<[u8]>::to_vec)),
+            ..Default::default()
+        }
+    }
+}
+
 /// One LLM by id.
-pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<LlmRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        llm_columns!(),
-        " FROM llms WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get(db: &Pool, id: Uuid) -> Result<Option<LlmRow>, DbErr> {
+    Ok(get_stored(db, id).await?.map(|llm| llm.row))
 }
 
 /// One LLM by id with its encrypted key.
-pub async fn get_stored(pool: &PgPool, id: Uuid) -> Result<Option<StoredLlm>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        llm_columns!(),
-        ", api_key FROM llms WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get_stored(db: &Pool, id: Uuid) -> Result<Option<StoredLlm>, DbErr> {
+    let row = llm::Entity::find_by_id(id).one(db.orm()).await?;
+    Ok(row.map(StoredLlm::from))
 }
 
 /// Inserts an LLM.
 pub async fn insert(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     provider: &str,
     fields: &LlmFields<'_>,
-) -> Result<LlmRow, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "INSERT INTO llms (id, name, description, provider, endpoint, model, parameters, api_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
-        llm_columns!()
-    ))
-    .bind(id)
-    .bind(fields.name)
-    .bind(fields.description)
-    .bind(provider)
-    .bind(fields.endpoint)
-    .bind(fields.model)
-    .bind(fields.parameters)
-    .bind(fields.api_key)
-    .fetch_one(pool)
-    .await
+) -> Result<LlmRow, DbErr> {
+    let row = llm::ActiveModel {
+        id: Set(id),
+        provider: Set(provider.to_owned()),
+        ..fields.active_model()
+    }
+    .insert(db.orm())
+    .await?;
+    Ok(row.into())
 }
 
 /// Writes the full state of an LLM's editable fields; `None` when it no longer exists.
-pub async fn update(
-    pool: &PgPool,
-    id: Uuid,
-    fields: &LlmFields<'_>,
-) -> Result<Option<LlmRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "UPDATE llms SET name = $2, description = $3, endpoint = $4, model = $5, parameters = $6,
-                api_key = $7, updated_at = now()
-         WHERE id = $1 RETURNING ",
-        llm_columns!()
-    ))
-    .bind(id)
-    .bind(fields.name)
-    .bind(fields.description)
-    .bind(fields.endpoint)
-    .bind(fields.model)
-    .bind(fields.parameters)
-    .bind(fields.api_key)
-    .fetch_optional(pool)
-    .await
+pub async fn update(db: &Pool, id: Uuid, fields: &LlmFields<'_>) -> Result<Option<LlmRow>, DbErr> {
+    let row = entities::update_by_id(db.orm(), id, fields.active_model()).await?;
+    Ok(row.map(LlmRow::from))
 }
 
 /// Deletes an LLM and the permission entries on it; whether it existed.
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    super::api_keys::delete_entries_on(&mut tx, ObjectType::Llms, id).await?;
-    let deleted = sqlx::query("DELETE FROM llms WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(deleted.rows_affected() > 0)
+pub async fn delete(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    delete_with_entries::<llm::Entity>(db, ObjectType::Llms, id).await
 }
 
 /// The columns of the list, in the order of [`LlmRow`].

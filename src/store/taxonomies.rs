@@ -5,12 +5,16 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use sea_orm::{ActiveModelTrait, DbErr, EntityTrait, Set};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use sea_query_sqlx::SqlxBinder;
 use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::Pool;
+use super::api_keys::delete_with_entries;
+use super::entities::{self, taxonomy};
 use crate::access::ObjectType;
 use crate::time::rfc3339;
 
@@ -79,13 +83,6 @@ impl EntryRow {
     }
 }
 
-/// The columns of [`TaxonomyRow`], as a literal for `concat!` (SQL text is never formatted).
-macro_rules! taxonomy_columns {
-    () => {
-        "id, name, description, created_at, updated_at"
-    };
-}
-
 /// The columns of [`EntryRow`].
 macro_rules! entry_columns {
     () => {
@@ -108,66 +105,62 @@ const ENTRY_COLUMNS: [&str; 6] = [
 /// removal) are tried again.
 const ADD_ATTEMPTS: usize = 5;
 
+impl From<taxonomy::Model> for TaxonomyRow {
+    fn from(m: taxonomy::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
 /// One taxonomy by id.
-pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<TaxonomyRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        taxonomy_columns!(),
-        " FROM taxonomies WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get(db: &Pool, id: Uuid) -> Result<Option<TaxonomyRow>, DbErr> {
+    let row = taxonomy::Entity::find_by_id(id).one(db.orm()).await?;
+    Ok(row.map(TaxonomyRow::from))
 }
 
 /// Inserts a taxonomy (name already validated; a used name is a unique violation).
 pub async fn insert(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
-) -> Result<TaxonomyRow, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "INSERT INTO taxonomies (id, name, description) VALUES ($1, $2, $3) RETURNING ",
-        taxonomy_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .fetch_one(pool)
-    .await
+) -> Result<TaxonomyRow, DbErr> {
+    let row = taxonomy::ActiveModel {
+        id: Set(id),
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        ..Default::default()
+    }
+    .insert(db.orm())
+    .await?;
+    Ok(row.into())
 }
 
 /// Writes the full state of a taxonomy's editable fields.
 pub async fn update(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
-) -> Result<Option<TaxonomyRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "UPDATE taxonomies SET name = $2, description = $3, updated_at = now()
-         WHERE id = $1 RETURNING ",
-        taxonomy_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .fetch_optional(pool)
-    .await
+) -> Result<Option<TaxonomyRow>, DbErr> {
+    let changes = taxonomy::ActiveModel {
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        ..Default::default()
+    };
+    let row = entities::update_by_id(db.orm(), id, changes).await?;
+    Ok(row.map(TaxonomyRow::from))
 }
 
 /// Deletes a taxonomy, its entries (cascade) and every permission entry on it, in one
 /// transaction.
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    super::api_keys::delete_entries_on(&mut tx, ObjectType::Taxonomies, id).await?;
-    let deleted = sqlx::query("DELETE FROM taxonomies WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(deleted.rows_affected() > 0)
+pub async fn delete(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    delete_with_entries::<taxonomy::Entity>(db, ObjectType::Taxonomies, id).await
 }
 
 /// The links as four parallel arrays (bound as `text[]` and read back with `unnest`).

@@ -1,12 +1,18 @@
 //! Text splitter providers (seeded, read-only) and text splitters.
 
 use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set,
+    TransactionTrait,
+};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Pool;
+use super::api_keys::delete_entries_on;
+use super::entities::{self, text_splitter, text_splitter_provider};
 use crate::access::ObjectType;
 use crate::time::rfc3339;
 
@@ -44,20 +50,6 @@ pub struct SplitterRow {
     pub updated_at: DateTime<Utc>,
 }
 
-/// The columns of [`ProviderRow`], as a literal for `concat!` (SQL text is never formatted).
-macro_rules! provider_columns {
-    () => {
-        "id, name, description, parameters, created_at, updated_at"
-    };
-}
-
-/// The columns of [`SplitterRow`].
-macro_rules! splitter_columns {
-    () => {
-        "id, name, description, provider, parameters, created_at, updated_at"
-    };
-}
-
 const PROVIDER_COLUMNS: [&str; 6] = [
     "id",
     "name",
@@ -77,87 +69,94 @@ const SPLITTER_COLUMNS: [&str; 7] = [
     "updated_at",
 ];
 
+impl From<text_splitter_provider::Model> for ProviderRow {
+    fn from(m: text_splitter_provider::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            parameters: m.parameters,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+impl From<text_splitter::Model> for SplitterRow {
+    fn from(m: text_splitter::Model) -> Self {
+        Self {
+            id: m.id,
+            name: m.name,
+            description: m.description,
+            provider: m.provider,
+            parameters: m.parameters,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
 /// One provider by id.
-pub async fn get_provider(pool: &PgPool, id: Uuid) -> Result<Option<ProviderRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        provider_columns!(),
-        " FROM text_splitter_providers WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get_provider(db: &Pool, id: Uuid) -> Result<Option<ProviderRow>, DbErr> {
+    let row = text_splitter_provider::Entity::find_by_id(id)
+        .one(db.orm())
+        .await?;
+    Ok(row.map(ProviderRow::from))
 }
 
 /// One provider by name.
-pub async fn provider_by_name(
-    pool: &PgPool,
-    name: &str,
-) -> Result<Option<ProviderRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        provider_columns!(),
-        " FROM text_splitter_providers WHERE name = $1"
-    ))
-    .bind(name)
-    .fetch_optional(pool)
-    .await
+pub async fn provider_by_name(db: &Pool, name: &str) -> Result<Option<ProviderRow>, DbErr> {
+    let row = text_splitter_provider::Entity::find()
+        .filter(text_splitter_provider::Column::Name.eq(name))
+        .one(db.orm())
+        .await?;
+    Ok(row.map(ProviderRow::from))
 }
 
 /// One text splitter by id.
-pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<SplitterRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        splitter_columns!(),
-        " FROM text_splitters WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+pub async fn get(db: &Pool, id: Uuid) -> Result<Option<SplitterRow>, DbErr> {
+    let row = text_splitter::Entity::find_by_id(id).one(db.orm()).await?;
+    Ok(row.map(SplitterRow::from))
 }
 
 /// Inserts a text splitter (parameters already validated, defaults filled).
 pub async fn insert(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
     provider: &str,
     parameters: &Value,
-) -> Result<SplitterRow, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "INSERT INTO text_splitters (id, name, description, provider, parameters)
-         VALUES ($1, $2, $3, $4, $5) RETURNING ",
-        splitter_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .bind(provider)
-    .bind(parameters)
-    .fetch_one(pool)
-    .await
+) -> Result<SplitterRow, DbErr> {
+    let row = text_splitter::ActiveModel {
+        id: Set(id),
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        provider: Set(provider.to_owned()),
+        parameters: Set(parameters.clone()),
+        ..Default::default()
+    }
+    .insert(db.orm())
+    .await?;
+    Ok(row.into())
 }
 
 /// Writes the full state of a splitter's editable fields.
 pub async fn update(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
     parameters: &Value,
-) -> Result<Option<SplitterRow>, sqlx::Error> {
-    sqlx::query_as(concat!(
-        "UPDATE text_splitters SET name = $2, description = $3, parameters = $4, updated_at = now()
-         WHERE id = $1 RETURNING ",
-        splitter_columns!()
-    ))
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .bind(parameters)
-    .fetch_optional(pool)
-    .await
+) -> Result<Option<SplitterRow>, DbErr> {
+    let changes = text_splitter::ActiveModel {
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        parameters: Set(parameters.clone()),
+        ..Default::default()
+    };
+    let row = entities::update_by_id(db.orm(), id, changes).await?;
+    Ok(row.map(SplitterRow::from))
 }
 
 /// Deletes a splitter and every permission entry on it, in one transaction.
@@ -165,22 +164,20 @@ pub async fn update(
 /// Overrides of document versions that are no longer pending are cleared first (they will
 /// never be processed again); a pending version's override or a pipeline's default keeps the
 /// splitter (foreign-key violation: `Conflict related error`), and nothing changes.
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(
-        "UPDATE documents SET text_splitter_id = NULL
-         WHERE text_splitter_id = $1 AND status <> 'pending'",
-    )
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    super::api_keys::delete_entries_on(&mut tx, ObjectType::TextSplitters, id).await?;
-    let deleted = sqlx::query("DELETE FROM text_splitters WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(deleted.rows_affected() > 0)
+pub async fn delete(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    let documents = Alias::new("documents");
+    let clear_overrides = Query::update()
+        .table(documents.clone())
+        .value(Alias::new("text_splitter_id"), Option::<Uuid>::None)
+        .and_where(Expr::col((documents.clone(), Alias::new("text_splitter_id"))).eq(id))
+        .and_where(Expr::col((documents, Alias::new("status"))).ne("pending"))
+        .to_owned();
+    let txn = db.orm().begin().await?;
+    txn.execute(&clear_overrides).await?;
+    delete_entries_on(&txn, ObjectType::TextSplitters, id).await?;
+    let deleted = text_splitter::Entity::delete_by_id(id).exec(&txn).await?;
+    txn.commit().await?;
+    Ok(deleted.rows_affected > 0)
 }
 
 fn base(
