@@ -361,10 +361,7 @@ pub async fn create_index(
         .and_then(metadata_schema::property_type)
         .and_then(|ty| indexes::typed_field_expression(&field, ty))
         .ok_or_else(|| ApiError::InvalidParameter(field.clone()))?;
-    let mut tx = pool.begin().await?;
-    let row = indexes::create(&mut tx, Uuid::new_v4(), id, &field, &expression).await?;
-    tx.commit().await?;
-    Ok(row)
+    Ok(indexes::create(pool, Uuid::new_v4(), id, &field, &expression).await?)
 }
 
 /// One page of the metadata indexes of a pipeline the key can read (404 otherwise): the list
@@ -388,13 +385,13 @@ pub async fn delete_index(
     index_id: Uuid,
 ) -> ApiResult<()> {
     require(pool, auth, id, AccessLevel::WRITE).await?;
-    let mut tx = pool.begin().await?;
-    if indexes::get(&mut tx, id, index_id).await?.is_none() {
+    if indexes::get(pool, id, index_id).await?.is_none() {
         return Err(ApiError::NotFound {
             message: "Pipeline Index not found",
             id: Some(index_id),
         });
     }
+    let mut tx = pool.begin().await?;
     indexes::drop_index(&mut tx, index_id).await?;
     tx.commit().await?;
     Ok(())

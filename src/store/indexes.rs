@@ -4,11 +4,18 @@
 //! can use the index under generic plans too.
 
 use chrono::{DateTime, Utc};
+use sea_orm::ActiveValue::NotSet;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set,
+    TransactionTrait,
+};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
+use super::Pool;
+use super::entities::pipeline_index;
 use crate::metadata_schema::{self, is_identifier};
 use crate::time::rfc3339;
 
@@ -92,34 +99,46 @@ pub async fn ensure_field_statistics(
     Ok(())
 }
 
-/// Creates the index row and the expression index in the caller's transaction.
+impl From<pipeline_index::Model> for IndexRow {
+    fn from(m: pipeline_index::Model) -> Self {
+        Self {
+            id: m.id,
+            pipeline_id: m.pipeline_id,
+            field: m.field,
+            created_at: m.created_at,
+        }
+    }
+}
+
+/// Creates the index row and the expression index, in one transaction.
 pub async fn create(
-    conn: &mut PgConnection,
+    db: &Pool,
     id: Uuid,
     pipeline_id: Uuid,
     field: &str,
     expression: &str,
-) -> Result<IndexRow, sqlx::Error> {
-    let row: IndexRow = sqlx::query_as(
-        "INSERT INTO pipeline_indexes (id, pipeline_id, field) VALUES ($1, $2, $3)
-         RETURNING id, pipeline_id, field, created_at",
-    )
-    .bind(id)
-    .bind(pipeline_id)
-    .bind(field)
-    .fetch_one(&mut *conn)
+) -> Result<IndexRow, DbErr> {
+    let txn = db.orm().begin().await?;
+    let row = pipeline_index::ActiveModel {
+        id: Set(id),
+        pipeline_id: Set(pipeline_id),
+        field: Set(field.to_owned()),
+        created_at: NotSet,
+    }
+    .insert(&txn)
     .await?;
     // The name is rendered from a UUID, the expression comes from `typed_field_expression`:
     // neither can alter the statement.
     let name = index_name(id);
-    sqlx::raw_sql(AssertSqlSafe(format!(
+    txn.execute_unprepared(&format!(
         "CREATE INDEX {name} ON fragments (pipeline_id, ({expression}))"
-    )))
-    .execute(&mut *conn)
+    ))
     .await?;
-    Ok(row)
+    txn.commit().await?;
+    Ok(row.into())
 }
 
+/// Drops an index and deletes its row (the caller's transaction).
 pub async fn drop_index(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
     let name = index_name(id);
     sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
@@ -132,6 +151,7 @@ pub async fn drop_index(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::E
     Ok(())
 }
 
+/// The ids of a pipeline's indexes.
 pub async fn index_ids(
     conn: &mut PgConnection,
     pipeline_id: Uuid,
@@ -142,16 +162,13 @@ pub async fn index_ids(
         .await
 }
 
-pub async fn get(
-    conn: &mut PgConnection,
-    pipeline_id: Uuid,
-    id: Uuid,
-) -> Result<Option<IndexRow>, sqlx::Error> {
-    sqlx::query_as("SELECT id, pipeline_id, field, created_at FROM pipeline_indexes WHERE pipeline_id = $1 AND id = $2")
-        .bind(pipeline_id)
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+/// One index of a pipeline.
+pub async fn get(db: &Pool, pipeline_id: Uuid, id: Uuid) -> Result<Option<IndexRow>, DbErr> {
+    let row = pipeline_index::Entity::find_by_id(id)
+        .filter(pipeline_index::Column::PipelineId.eq(pipeline_id))
+        .one(db.orm())
+        .await?;
+    Ok(row.map(IndexRow::from))
 }
 
 /// The base of the index list of a pipeline.

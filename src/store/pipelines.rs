@@ -1,6 +1,7 @@
 //! Pipelines, their embedding model association, classifications and hierarchy.
 
 use chrono::{DateTime, Utc};
+use sea_orm::{DbErr, EntityTrait, QuerySelect, Set};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -8,6 +9,8 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::Pool;
+use super::entities::{self, embedding_model, pipeline, text_splitter};
 use crate::time::rfc3339;
 
 /// A pipeline with its (optional) embedding model, as one row.
@@ -334,24 +337,21 @@ pub async fn insert_vector_embedding(
 
 /// Writes the editable fields.
 pub async fn update(
-    pool: &PgPool,
+    db: &Pool,
     id: Uuid,
     name: &str,
     description: Option<&str>,
     default_text_splitter_id: Uuid,
     metadata_schema: &Value,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE pipelines SET name = $2, description = $3, default_text_splitter_id = $4, metadata_schema = $5,
-         updated_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(name)
-    .bind(description)
-    .bind(default_text_splitter_id)
-    .bind(metadata_schema)
-    .execute(pool)
-    .await?;
+) -> Result<(), DbErr> {
+    let changes = pipeline::ActiveModel {
+        name: Set(name.to_owned()),
+        description: Set(description.map(str::to_owned)),
+        default_text_splitter_id: Set(default_text_splitter_id),
+        metadata_schema: Set(metadata_schema.clone()),
+        ..Default::default()
+    };
+    entities::update_by_id(db.orm(), id, changes).await?;
     Ok(())
 }
 
@@ -459,22 +459,24 @@ pub async fn delete(
 }
 
 /// Whether an embedding model exists (and its dimensions).
-pub async fn embedding_model_dimensions(
-    pool: &PgPool,
-    id: Uuid,
-) -> Result<Option<i32>, sqlx::Error> {
-    sqlx::query_scalar("SELECT dimensions FROM embedding_models WHERE id = $1")
-        .bind(id)
-        .fetch_optional(pool)
+pub async fn embedding_model_dimensions(db: &Pool, id: Uuid) -> Result<Option<i32>, DbErr> {
+    embedding_model::Entity::find_by_id(id)
+        .select_only()
+        .column(embedding_model::Column::Dimensions)
+        .into_tuple()
+        .one(db.orm())
         .await
 }
 
 /// Whether a text splitter exists.
-pub async fn text_splitter_exists(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM text_splitters WHERE id = $1)")
-        .bind(id)
-        .fetch_one(pool)
-        .await
+pub async fn text_splitter_exists(db: &Pool, id: Uuid) -> Result<bool, DbErr> {
+    let found: Option<Uuid> = text_splitter::Entity::find_by_id(id)
+        .select_only()
+        .column(text_splitter::Column::Id)
+        .into_tuple()
+        .one(db.orm())
+        .await?;
+    Ok(found.is_some())
 }
 
 /// Sets `updated_at` of a pipeline whose classifications changed.
