@@ -1078,7 +1078,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         .expect("pipeline");
     let ve_id = row.ve_id.expect("association");
     let table = trove::store::vectors::table_name(ve_id);
-    let context = trove::store::pipelines::search_context(state.pool.sqlx(), pipeline_id)
+    let context = trove::store::pipelines::search_context(state.pool.pg_pool(), pipeline_id)
         .await
         .expect("search context")
         .expect("pipeline");
@@ -1239,12 +1239,13 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         sizes.1 >> 20,
         sizes.2 >> 20
     );
-    target.estimated_rows = trove::store::pipelines::search_context(state.pool.sqlx(), pipeline_id)
-        .await
-        .expect("search context")
-        .expect("pipeline")
-        .ve_estimated_rows
-        .map_or(0.0, f64::from);
+    target.estimated_rows =
+        trove::store::pipelines::search_context(state.pool.pg_pool(), pipeline_id)
+            .await
+            .expect("search context")
+            .expect("pipeline")
+            .ve_estimated_rows
+            .map_or(0.0, f64::from);
     target.choose_paths(&state.pool).await;
     let settings: Vec<(String, String)> = sqlx::query_as(
         "SELECT name, current_setting(name) FROM unnest(ARRAY['shared_buffers', 'work_mem', 'jit', 'effective_cache_size']) AS name",
@@ -1291,7 +1292,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     let session: (String, String) = sqlx::query_as(
         "SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')",
     )
-    .fetch_one(raw.sqlx())
+    .fetch_one(raw.pg_pool())
     .await
     .expect("session settings");
     println!(
@@ -1610,7 +1611,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     })
     .await;
     let context_read = time_n(rounds, |_| async move {
-        trove::store::pipelines::search_context(pool.sqlx(), pipeline_id)
+        trove::store::pipelines::search_context(pool.pg_pool(), pipeline_id)
             .await
             .expect("search context")
     })

@@ -260,7 +260,7 @@ pub async fn run_worker(state: AppState, mut stop: tokio::sync::watch::Receiver<
         let metrics = worker.metrics.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
-            if let Err(error) = crate::ingest::metrics_server::serve(addr, metrics, stop).await {
+            if let Err(error) = crate::http::worker_metrics::serve(addr, metrics, stop).await {
                 tracing::error!(%error, %addr, "worker metrics server failed");
             }
         });

@@ -7,7 +7,8 @@
 //! This test reads every file of `src/` and fails when a file names a module of a higher layer
 //! (`crate::<module>` in code, comments excluded), when `sqlx` or `sea_orm` appear outside the
 //! store (and search execution in `src/retrieval/`, state and start-up, which hold the pool),
-//! when a transport names the store, or when `trove-query` gains an IO dependency.
+//! when `poem` or `poem_openapi` appear below the transports, when a transport names the
+//! store, or when `trove-query` gains an IO dependency.
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
@@ -37,6 +38,9 @@ const DATABASE_FILES: [&str; 4] = [
     "src/state.rs",
     "src/startup.rs",
 ];
+
+/// The web framework's crates: only the transports and what composes them name them.
+const WEB_CRATES: [&str; 2] = ["poem", "poem_openapi"];
 
 /// Crates that do IO; `trove-query` depends on none of them.
 const IO_CRATES: [&str; 10] = [
@@ -144,6 +148,15 @@ fn violations(relative: &str, text: &str) -> Vec<String> {
     if !database_allowed && (contains_word(&code, "sqlx") || contains_word(&code, "sea_orm")) {
         found.push(format!("{relative}: database access outside the store"));
     }
+    // Transports (layer 6) and above speak HTTP; below them, types are the service's own.
+    let below_transports = own.is_some_and(|own| own < 6);
+    for web in WEB_CRATES {
+        if below_transports && contains_word(&code, web) {
+            found.push(format!(
+                "{relative}: `{web}` below the transports (schemas belong in src/http/)"
+            ));
+        }
+    }
     found
 }
 
@@ -240,6 +253,26 @@ fn the_checker_sees_each_kind_of_bad_import() {
     assert_eq!(
         violations("src/service/x.rs", "fn f(p: &sqlx::PgPool) {}").len(),
         1
+    );
+    // The web framework below the transports: a derived schema, an imported type.
+    assert_eq!(
+        violations(
+            "src/store/x.rs",
+            "#[derive(poem_openapi::Object)]\nstruct Row;"
+        )
+        .len(),
+        1
+    );
+    assert_eq!(
+        violations("src/service/x.rs", "use poem::http::HeaderMap;").len(),
+        1
+    );
+    assert!(
+        violations(
+            "src/http/x.rs",
+            "use poem_openapi::Object;\nuse poem::Request;"
+        )
+        .is_empty()
     );
     // Nothing below start-up names start-up or a transport.
     assert_eq!(

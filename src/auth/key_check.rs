@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
-use poem::http::HeaderMap;
+use http::HeaderMap;
 use uuid::Uuid;
 
 use super::AuthContext;

@@ -14,9 +14,10 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, form_pairs, state};
 use super::respond::{Created, Described, EmptyOk, Json, List, NoContent};
+use super::schemas::ApiKey;
 use crate::access::{AccessLevel, ObjectType, TYPE_ENTRY_ID};
 use crate::error::ApiError;
-use crate::service::api_keys::{self as service, ApiKeyRow, EntryChange, KeyChange, NewKey};
+use crate::service::api_keys::{self as service, EntryChange, KeyChange, NewKey};
 
 /// Deserializes a permission value: an integer 0..=7 (else 422 with serde's reason).
 fn de_level<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
@@ -142,7 +143,7 @@ impl ApiKeysApi {
     /// `expiration`, `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor (`first`, `after`,
     /// `last`, `before`) or offset (`limit`, `offset`) pagination, `count`, `order_by`.
     #[oai(path = "/api-keys", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<ApiKeyRow>>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<ApiKey>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::API_KEY_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -196,10 +197,12 @@ impl ApiKeysApi {
         auth: Auth,
         api_key_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ApiKeyRow>> {
+    ) -> poem::Result<Json<ApiKey>> {
         let state = state(req)?;
         Ok(Json(
-            service::get_readable(&state.pool, &auth.0, api_key_id.0).await?,
+            service::get_readable(&state.pool, &auth.0, api_key_id.0)
+                .await?
+                .into(),
         ))
     }
 
@@ -215,7 +218,7 @@ impl ApiKeysApi {
         api_key_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateApiKeyBody>,
-    ) -> poem::Result<Json<ApiKeyRow>> {
+    ) -> poem::Result<Json<ApiKey>> {
         let state = state(req)?;
         let body = body.0;
         let change = KeyChange {
@@ -232,7 +235,8 @@ impl ApiKeysApi {
                 api_key_id.0,
                 change,
             )
-            .await?,
+            .await?
+            .into(),
         ))
     }
 

@@ -11,8 +11,9 @@ use super::ApiTags;
 use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Described, Json, List, OkOrNoContent};
+use super::schemas::{self, DocumentVersion};
 use crate::error::{ApiError, ApiResult};
-use crate::service::documents::{self as service, NewDocument, VersionRow};
+use crate::service::documents::{self as service, NewDocument};
 use crate::state::AppState;
 
 /// Body of `POST /pipelines/{pipeline_id}/documents`.
@@ -158,9 +159,11 @@ async fn submit(
     auth: &Auth,
     pipeline_id: Uuid,
     body: CreateDocumentBody,
-) -> poem::Result<Created<VersionRow>> {
+) -> poem::Result<Created<DocumentVersion>> {
     Ok(Created(
-        service::submit(state, &auth.0, pipeline_id, body.into()).await?,
+        service::submit(state, &auth.0, pipeline_id, body.into())
+            .await?
+            .into(),
     ))
 }
 
@@ -179,7 +182,7 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         req: &Request,
         body: JsonBody<CreateDocumentBody>,
-    ) -> poem::Result<Created<VersionRow>> {
+    ) -> poem::Result<Created<DocumentVersion>> {
         let state = state(req)?;
         state.metrics.document_queue_added.inc();
         submit(state, &auth, pipeline_id.0, body.0).await
@@ -200,7 +203,7 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         req: &Request,
         body: JsonBody<CreateDocumentsBody>,
-    ) -> poem::Result<Created<Vec<VersionRow>>> {
+    ) -> poem::Result<Created<Vec<DocumentVersion>>> {
         let state = state(req)?;
         let documents = body.0.documents;
         state
@@ -208,9 +211,9 @@ impl DocumentsApi {
             .document_queue_added
             .inc_by(documents.len() as f64);
         let inputs = documents.into_iter().map(NewDocument::from).collect();
-        Ok(Created(
+        Ok(Created(schemas::all(
             service::submit_batch(state, &auth.0, pipeline_id.0, inputs).await?,
-        ))
+        )))
     }
 
     /// Submit a document version (pipeline in the body)
@@ -220,7 +223,7 @@ impl DocumentsApi {
         auth: Auth,
         req: &Request,
         body: JsonBody<CreateDocumentWithPipelineBody>,
-    ) -> poem::Result<Created<VersionRow>> {
+    ) -> poem::Result<Created<DocumentVersion>> {
         let state = state(req)?;
         state.metrics.document_queue_added.inc();
         let body = body.0;
@@ -239,7 +242,7 @@ impl DocumentsApi {
         auth: Auth,
         pipeline_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<List<VersionRow>>> {
+    ) -> poem::Result<Json<List<DocumentVersion>>> {
         let state = state(req)?;
         let query = req.uri().query();
         let request = parse_list_query(&service::DOCUMENT_LIST, query, &["metadata"])
@@ -276,14 +279,14 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         document_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<Vec<VersionRow>>> {
+    ) -> poem::Result<Json<Vec<DocumentVersion>>> {
         let state = state(req)?;
         let query = req.uri().query();
         let version = integer_param(query, "version")?;
         let as_of = integer_param(query, "as_of")?;
-        Ok(Json(
+        Ok(Json(schemas::all(
             service::read(state, &auth.0, pipeline_id.0, document_id.0, version, as_of).await?,
-        ))
+        )))
     }
 
     /// Every version of a document
@@ -297,11 +300,11 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         document_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<Vec<VersionRow>>> {
+    ) -> poem::Result<Json<Vec<DocumentVersion>>> {
         let state = state(req)?;
-        Ok(Json(
+        Ok(Json(schemas::all(
             service::versions(state, &auth.0, pipeline_id.0, document_id.0).await?,
-        ))
+        )))
     }
 
     /// Expire or delete a document
@@ -318,11 +321,11 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         document_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<OkOrNoContent<Vec<VersionRow>>> {
+    ) -> poem::Result<OkOrNoContent<Vec<DocumentVersion>>> {
         let state = state(req)?;
         let expire = bool_param(req.uri().query(), "expire")?;
         match service::remove(state, &auth.0, pipeline_id.0, document_id.0, expire).await? {
-            Some(expired) => Ok(OkOrNoContent::Ok(expired)),
+            Some(expired) => Ok(OkOrNoContent::Ok(schemas::all(expired))),
             None => Ok(OkOrNoContent::NoContent),
         }
     }

@@ -13,10 +13,9 @@ use trove_query::list::parse_list_query;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, List, NoContent};
+use super::schemas::{EmbeddingModel, EmbeddingProvider};
 use crate::error::ApiError;
-use crate::service::embedding_models::{
-    self as service, ModelChange, ModelRow, NewModel, ProviderRow,
-};
+use crate::service::embedding_models::{self as service, ModelChange, NewModel};
 
 /// Body of `POST /embedding-models`.
 #[derive(Debug, Object, Deserialize)]
@@ -81,7 +80,7 @@ impl EmbeddingApi {
         &self,
         auth: Auth,
         req: &Request,
-    ) -> poem::Result<Json<List<ProviderRow>>> {
+    ) -> poem::Result<Json<List<EmbeddingProvider>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::PROVIDER_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -96,10 +95,12 @@ impl EmbeddingApi {
         auth: Auth,
         embedding_provider_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ProviderRow>> {
+    ) -> poem::Result<Json<EmbeddingProvider>> {
         let state = state(req)?;
         Ok(Json(
-            service::get_provider(&state.pool, &auth.0, embedding_provider_id.0).await?,
+            service::get_provider(&state.pool, &auth.0, embedding_provider_id.0)
+                .await?
+                .into(),
         ))
     }
 
@@ -109,7 +110,11 @@ impl EmbeddingApi {
     /// `name$gt|ge|lt|le`; `description`, `description$contains`; `provider`; `model_name`,
     /// `model_name$contains`; `created_at`, `updated_at` with `$gt|ge|lt|le`.
     #[oai(path = "/embedding-models", method = "get")]
-    async fn list_models(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<ModelRow>>> {
+    async fn list_models(
+        &self,
+        auth: Auth,
+        req: &Request,
+    ) -> poem::Result<Json<List<EmbeddingModel>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::MODEL_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -127,7 +132,7 @@ impl EmbeddingApi {
         auth: Auth,
         req: &Request,
         body: JsonBody<CreateEmbeddingModelBody>,
-    ) -> poem::Result<Created<ModelRow>> {
+    ) -> poem::Result<Created<EmbeddingModel>> {
         let state = state(req)?;
         let body = body.0;
         let input = NewModel {
@@ -138,7 +143,9 @@ impl EmbeddingApi {
             parameters: to_map(body.parameters.unwrap_or_default()),
             dimensions: body.dimensions,
         };
-        Ok(Created(service::create(state, &auth.0, input).await?))
+        Ok(Created(
+            service::create(state, &auth.0, input).await?.into(),
+        ))
     }
 
     /// Get an embedding model
@@ -148,10 +155,12 @@ impl EmbeddingApi {
         auth: Auth,
         embedding_model_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ModelRow>> {
+    ) -> poem::Result<Json<EmbeddingModel>> {
         let state = state(req)?;
         Ok(Json(
-            service::get_readable(&state.pool, &auth.0, embedding_model_id.0).await?,
+            service::get_readable(&state.pool, &auth.0, embedding_model_id.0)
+                .await?
+                .into(),
         ))
     }
 
@@ -166,7 +175,7 @@ impl EmbeddingApi {
         embedding_model_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateEmbeddingModelBody>,
-    ) -> poem::Result<Json<ModelRow>> {
+    ) -> poem::Result<Json<EmbeddingModel>> {
         let state = state(req)?;
         let body = body.0;
         let change = ModelChange {
@@ -175,7 +184,9 @@ impl EmbeddingApi {
             parameters: body.parameters.map_value(to_map).into(),
         };
         Ok(Json(
-            service::update(state, &auth.0, embedding_model_id.0, change).await?,
+            service::update(state, &auth.0, embedding_model_id.0, change)
+                .await?
+                .into(),
         ))
     }
 

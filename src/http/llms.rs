@@ -14,10 +14,11 @@ use super::ApiTags;
 use super::connections::unless_client_leaves;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, List, NoContent};
+use super::schemas::Llm;
 use super::streaming::{Answer, StreamMode};
 use crate::error::ApiError;
 use crate::providers::llm::LlmProvider;
-use crate::service::llms::{self as service, LlmChange, LlmRow, NewLlm};
+use crate::service::llms::{self as service, LlmChange, NewLlm};
 
 /// Kinds of model server.
 #[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
@@ -108,7 +109,7 @@ impl LlmsApi {
     /// `endpoint`; `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset pagination,
     /// `count`, `order_by` (`id`, `name`, `provider`, `created_at`, `updated_at`).
     #[oai(path = "/llms", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<LlmRow>>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<Llm>>> {
         let state = state(req)?;
         let request =
             parse_list_query(&service::LLM_LIST, req.uri().query(), &[]).map_err(ApiError::from)?;
@@ -126,7 +127,7 @@ impl LlmsApi {
         auth: Auth,
         req: &Request,
         body: JsonBody<CreateLlmBody>,
-    ) -> poem::Result<Created<LlmRow>> {
+    ) -> poem::Result<Created<Llm>> {
         let state = state(req)?;
         let body = body.0;
         let input = NewLlm {
@@ -138,7 +139,9 @@ impl LlmsApi {
             api_key: body.api_key,
             parameters: body.parameters.map(to_map),
         };
-        Ok(Created(service::create(state, &auth.0, input).await?))
+        Ok(Created(
+            service::create(state, &auth.0, input).await?.into(),
+        ))
     }
 
     /// Get an LLM
@@ -148,10 +151,12 @@ impl LlmsApi {
         auth: Auth,
         llm_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<LlmRow>> {
+    ) -> poem::Result<Json<Llm>> {
         let state = state(req)?;
         Ok(Json(
-            service::get_readable(&state.pool, &auth.0, llm_id.0).await?,
+            service::get_readable(&state.pool, &auth.0, llm_id.0)
+                .await?
+                .into(),
         ))
     }
 
@@ -166,7 +171,7 @@ impl LlmsApi {
         llm_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateLlmBody>,
-    ) -> poem::Result<Json<LlmRow>> {
+    ) -> poem::Result<Json<Llm>> {
         let state = state(req)?;
         let body = body.0;
         let change = LlmChange {
@@ -178,7 +183,9 @@ impl LlmsApi {
             parameters: body.parameters.map_value(to_map).into(),
         };
         Ok(Json(
-            service::update(state, &auth.0, llm_id.0, change).await?,
+            service::update(state, &auth.0, llm_id.0, change)
+                .await?
+                .into(),
         ))
     }
 

@@ -13,6 +13,7 @@ pub mod pipelines;
 pub mod relay;
 pub mod respond;
 pub mod routes;
+pub mod schemas;
 pub mod search;
 pub mod shell;
 pub mod statistics;
@@ -20,6 +21,7 @@ pub mod streaming;
 pub mod taxonomies;
 pub mod text_splitters;
 pub mod traces;
+pub mod worker_metrics;
 
 use std::sync::Arc;
 

@@ -13,12 +13,10 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, List, NoContent};
+use super::schemas::{EmbeddingModel, PipelineIndex};
 use crate::access::AccessLevel;
 use crate::error::ApiError;
-use crate::service::embedding_models::ModelRow;
-use crate::service::pipelines::{
-    self as service, IndexRow, NewPipelineInput, PipelineChange, PipelineRow,
-};
+use crate::service::pipelines::{self as service, NewPipelineInput, PipelineChange, PipelineRow};
 
 /// Body of `POST /pipelines`.
 #[derive(Debug, Object, Deserialize)]
@@ -86,7 +84,7 @@ pub struct Pipeline {
     #[oai(nullable)]
     default_vector_embedding_id: Option<Uuid>,
     /// Vector embedding id → embedding model.
-    embedding_models: BTreeMap<String, ModelRow>,
+    embedding_models: BTreeMap<String, EmbeddingModel>,
     has_full_text_search: bool,
     metadata_schema: Value,
     created_at: chrono::DateTime<chrono::Utc>,
@@ -299,7 +297,7 @@ impl PipelinesApi {
         pipeline_id: extract::Path,
         req: &Request,
         body: JsonBody<CreateIndexBody>,
-    ) -> poem::Result<Created<IndexRow>> {
+    ) -> poem::Result<Created<PipelineIndex>> {
         let state = state(req)?;
         let row = service::create_index(
             &state.pool,
@@ -309,7 +307,7 @@ impl PipelinesApi {
             body.0.field,
         )
         .await?;
-        Ok(Created(row))
+        Ok(Created(row.into()))
     }
 
     /// List metadata indexes
@@ -319,7 +317,7 @@ impl PipelinesApi {
         auth: Auth,
         pipeline_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<List<IndexRow>>> {
+    ) -> poem::Result<Json<List<PipelineIndex>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::INDEX_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;

@@ -9,10 +9,9 @@ use trove_query::list::parse_list_query;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, List, NoContent};
+use super::schemas::{self, AddedEntries, Taxonomy, TaxonomyEntry};
 use crate::error::ApiError;
-use crate::service::taxonomies::{
-    self as service, AddedEntries, EntryRow, Link, NewTaxonomy, TaxonomyChange, TaxonomyRow,
-};
+use crate::service::taxonomies::{self as service, NewTaxonomy, TaxonomyChange};
 
 /// Body of `POST /taxonomies`.
 #[derive(Debug, Object, Deserialize)]
@@ -36,7 +35,7 @@ pub struct UpdateTaxonomyBody {
 #[derive(Debug, Object, Deserialize)]
 pub struct TaxonomyEntriesBody {
     /// Links: parent field and value → child field and value.
-    entries: Vec<Link>,
+    entries: Vec<schemas::Link>,
 }
 
 pub struct TaxonomiesApi;
@@ -50,7 +49,7 @@ impl TaxonomiesApi {
     /// `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset pagination, `count`,
     /// `order_by` (`id`, `name`, `created_at`, `updated_at`).
     #[oai(path = "/taxonomies", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<TaxonomyRow>>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<Taxonomy>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::TAXONOMY_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -67,7 +66,7 @@ impl TaxonomiesApi {
         auth: Auth,
         req: &Request,
         body: JsonBody<CreateTaxonomyBody>,
-    ) -> poem::Result<Created<TaxonomyRow>> {
+    ) -> poem::Result<Created<Taxonomy>> {
         let state = state(req)?;
         let body = body.0;
         let input = NewTaxonomy {
@@ -75,7 +74,9 @@ impl TaxonomiesApi {
             description: body.description,
         };
         Ok(Created(
-            service::create(&state.pool, &state.config.license, &auth.0, input).await?,
+            service::create(&state.pool, &state.config.license, &auth.0, input)
+                .await?
+                .into(),
         ))
     }
 
@@ -86,10 +87,12 @@ impl TaxonomiesApi {
         auth: Auth,
         taxonomy_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<TaxonomyRow>> {
+    ) -> poem::Result<Json<Taxonomy>> {
         let state = state(req)?;
         Ok(Json(
-            service::get_readable(&state.pool, &auth.0, taxonomy_id.0).await?,
+            service::get_readable(&state.pool, &auth.0, taxonomy_id.0)
+                .await?
+                .into(),
         ))
     }
 
@@ -103,7 +106,7 @@ impl TaxonomiesApi {
         taxonomy_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateTaxonomyBody>,
-    ) -> poem::Result<Json<TaxonomyRow>> {
+    ) -> poem::Result<Json<Taxonomy>> {
         let state = state(req)?;
         let body = body.0;
         let change = TaxonomyChange {
@@ -118,7 +121,8 @@ impl TaxonomiesApi {
                 taxonomy_id.0,
                 change,
             )
-            .await?,
+            .await?
+            .into(),
         ))
     }
 
@@ -148,7 +152,7 @@ impl TaxonomiesApi {
         auth: Auth,
         taxonomy_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<List<EntryRow>>> {
+    ) -> poem::Result<Json<List<TaxonomyEntry>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::ENTRY_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -178,9 +182,10 @@ impl TaxonomiesApi {
                 &state.config.license,
                 &auth.0,
                 taxonomy_id.0,
-                body.0.entries,
+                schemas::all(body.0.entries),
             )
-            .await?,
+            .await?
+            .into(),
         ))
     }
 
@@ -197,7 +202,8 @@ impl TaxonomiesApi {
         body: JsonBody<TaxonomyEntriesBody>,
     ) -> poem::Result<NoContent> {
         let state = state(req)?;
-        service::remove_entries(&state.pool, &auth.0, taxonomy_id.0, body.0.entries).await?;
+        let links = schemas::all(body.0.entries);
+        service::remove_entries(&state.pool, &auth.0, taxonomy_id.0, links).await?;
         Ok(NoContent)
     }
 }

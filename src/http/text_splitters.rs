@@ -13,10 +13,9 @@ use trove_query::list::parse_list_query;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, List, NoContent};
+use super::schemas::{TextSplitter, TextSplitterProvider};
 use crate::error::ApiError;
-use crate::service::text_splitters::{
-    self as service, NewSplitter, ProviderRow, SplitterChange, SplitterRow,
-};
+use crate::service::text_splitters::{self as service, NewSplitter, SplitterChange};
 
 /// Body of `POST /text-splitters`.
 #[derive(Debug, Object, Deserialize)]
@@ -63,7 +62,7 @@ impl TextSplittersApi {
         &self,
         auth: Auth,
         req: &Request,
-    ) -> poem::Result<Json<List<ProviderRow>>> {
+    ) -> poem::Result<Json<List<TextSplitterProvider>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::PROVIDER_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -81,11 +80,12 @@ impl TextSplittersApi {
         auth: Auth,
         text_splitter_provider_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<ProviderRow>> {
+    ) -> poem::Result<Json<TextSplitterProvider>> {
         let state = state(req)?;
         Ok(Json(
             service::get_provider_readable(&state.pool, &auth.0, text_splitter_provider_id.0)
-                .await?,
+                .await?
+                .into(),
         ))
     }
 
@@ -96,7 +96,7 @@ impl TextSplittersApi {
     /// `provider`; `created_at`, `updated_at` with `$gt|ge|lt|le`. Cursor or offset
     /// pagination, `count`, `order_by` (`id`, `name`, `provider`, `created_at`, `updated_at`).
     #[oai(path = "/text-splitters", method = "get")]
-    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<SplitterRow>>> {
+    async fn list(&self, auth: Auth, req: &Request) -> poem::Result<Json<List<TextSplitter>>> {
         let state = state(req)?;
         let request = parse_list_query(&service::SPLITTER_LIST, req.uri().query(), &[])
             .map_err(ApiError::from)?;
@@ -114,7 +114,7 @@ impl TextSplittersApi {
         auth: Auth,
         req: &Request,
         body: JsonBody<CreateTextSplitterBody>,
-    ) -> poem::Result<Created<SplitterRow>> {
+    ) -> poem::Result<Created<TextSplitter>> {
         let state = state(req)?;
         let body = body.0;
         let input = NewSplitter {
@@ -124,7 +124,9 @@ impl TextSplittersApi {
             parameters: body.parameters.map(to_map),
         };
         Ok(Created(
-            service::create(&state.pool, &state.config.license, &auth.0, input).await?,
+            service::create(&state.pool, &state.config.license, &auth.0, input)
+                .await?
+                .into(),
         ))
     }
 
@@ -135,10 +137,12 @@ impl TextSplittersApi {
         auth: Auth,
         text_splitter_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<SplitterRow>> {
+    ) -> poem::Result<Json<TextSplitter>> {
         let state = state(req)?;
         Ok(Json(
-            service::get_readable(&state.pool, &auth.0, text_splitter_id.0).await?,
+            service::get_readable(&state.pool, &auth.0, text_splitter_id.0)
+                .await?
+                .into(),
         ))
     }
 
@@ -153,7 +157,7 @@ impl TextSplittersApi {
         text_splitter_id: extract::Path,
         req: &Request,
         body: JsonBody<UpdateTextSplitterBody>,
-    ) -> poem::Result<Json<SplitterRow>> {
+    ) -> poem::Result<Json<TextSplitter>> {
         let state = state(req)?;
         let body = body.0;
         let change = SplitterChange {
@@ -169,7 +173,8 @@ impl TextSplittersApi {
                 text_splitter_id.0,
                 change,
             )
-            .await?,
+            .await?
+            .into(),
         ))
     }
 

@@ -120,7 +120,7 @@ pub async fn require_for_search(
     needed: AccessLevel,
 ) -> ApiResult<SearchContext> {
     permitted(auth, id, needed)?;
-    store::search_context(pool.sqlx(), id)
+    store::search_context(pool.pg_pool(), id)
         .await?
         .ok_or_else(|| not_found(id))
 }

@@ -86,8 +86,7 @@ pub struct TaxonomyChange {
 }
 
 /// A link that was not added, with the taxonomy holding it.
-#[derive(Debug, Clone, Serialize, poem_openapi::Object)]
-#[oai(rename = "SkippedTaxonomyEntry")]
+#[derive(Debug, Clone, Serialize)]
 pub struct SkippedEntry {
     pub parent_field: String,
     pub parent_value: String,
@@ -98,8 +97,7 @@ pub struct SkippedEntry {
 }
 
 /// Result of `POST /taxonomies/{taxonomy_id}/entries`, both lists in request order.
-#[derive(Debug, Clone, Serialize, poem_openapi::Object)]
-#[oai(rename = "TaxonomyEntriesAdded")]
+#[derive(Debug, Clone, Serialize)]
 pub struct AddedEntries {
     /// Links stored by this request.
     pub added: Vec<EntryRow>,

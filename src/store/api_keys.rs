@@ -17,23 +17,19 @@ use crate::access::{AccessLevel, ObjectType, PermissionEntry};
 use crate::time::rfc3339;
 
 /// An API key as the API shows it (never with its secret hash).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "ApiKey")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct ApiKeyRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     pub active: bool,
     #[serde(with = "rfc3339::option")]
-    #[oai(nullable)]
     pub expiration: Option<DateTime<Utc>>,
     #[serde(with = "rfc3339")]
     pub created_at: DateTime<Utc>,
     #[serde(with = "rfc3339")]
     pub updated_at: DateTime<Utc>,
     #[serde(skip)]
-    #[oai(skip)]
     pub is_master: bool,
 }
 

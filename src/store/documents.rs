@@ -10,8 +10,7 @@ use uuid::Uuid;
 use crate::time::rfc3339;
 
 /// One document version as the API shows it.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "DocumentVersion")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct VersionRow {
     pub id: Uuid,
     pub pipeline_id: Uuid,
@@ -26,7 +25,6 @@ pub struct VersionRow {
     #[serde(with = "rfc3339")]
     pub updated_at: DateTime<Utc>,
     #[serde(with = "rfc3339::option")]
-    #[oai(nullable)]
     pub expired_at: Option<DateTime<Utc>>,
 }
 

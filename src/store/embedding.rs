@@ -14,12 +14,10 @@ use crate::access::ObjectType;
 use crate::time::rfc3339;
 
 /// An embedding provider as the API shows it.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "EmbeddingProvider")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct ProviderRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     /// Parameter name → `{type, required, default, secret}`.
     pub parameters: Value,
@@ -41,12 +39,10 @@ impl ProviderRow {
 }
 
 /// An embedding model as the API shows it (secret parameters are never part of it).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "EmbeddingModel")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct ModelRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     /// Provider name.
     pub provider: String,

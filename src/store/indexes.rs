@@ -20,8 +20,7 @@ use crate::metadata_schema::{self, is_identifier};
 use crate::time::rfc3339;
 
 /// A metadata index.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "PipelineIndex")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct IndexRow {
     pub id: Uuid,
     pub pipeline_id: Uuid,

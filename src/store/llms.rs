@@ -15,18 +15,15 @@ use crate::access::ObjectType;
 use crate::time::rfc3339;
 
 /// An LLM as the API shows it (`has_api_key`, never the key).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "LLM")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct LlmRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     /// `openai` or `ollama`.
     pub provider: String,
     /// Base URL of the model server, without a trailing `/`.
     pub endpoint: String,
-    #[oai(nullable)]
     pub model: Option<String>,
     /// Passed through with every call (`model`, `messages` and `stream` excepted).
     pub parameters: Value,

@@ -45,8 +45,8 @@ impl Pool {
         Self { sqlx, orm }
     }
 
-    /// The sqlx pool.
-    pub fn sqlx(&self) -> &PgPool {
+    /// The sqlx pool (for statements generic over the executor).
+    pub fn pg_pool(&self) -> &PgPool {
         &self.sqlx
     }
 

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{ActiveModelTrait, DbErr, EntityTrait, Set};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use sea_query_sqlx::SqlxBinder;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -19,12 +19,10 @@ use crate::access::ObjectType;
 use crate::time::rfc3339;
 
 /// A taxonomy as the API shows it.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "Taxonomy")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct TaxonomyRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     #[serde(with = "rfc3339")]
     pub created_at: DateTime<Utc>,
@@ -33,20 +31,7 @@ pub struct TaxonomyRow {
 }
 
 /// A link as a request names it: parent field and value → child field and value.
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Deserialize,
-    Serialize,
-    sqlx::FromRow,
-    poem_openapi::Object,
-)]
-#[oai(rename = "TaxonomyLink")]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, sqlx::FromRow)]
 pub struct Link {
     /// Metadata field of the parent (an identifier).
     pub parent_field: String,
@@ -59,8 +44,7 @@ pub struct Link {
 }
 
 /// A stored entry as the API shows it (entry list, `added`).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "TaxonomyEntry")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct EntryRow {
     pub id: Uuid,
     pub parent_field: String,

@@ -17,12 +17,10 @@ use crate::access::ObjectType;
 use crate::time::rfc3339;
 
 /// A text splitter provider as the API shows it.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "TextSplitterProvider")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct ProviderRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     /// Parameter name → `{type, required, default, secret}`.
     pub parameters: Value,
@@ -33,12 +31,10 @@ pub struct ProviderRow {
 }
 
 /// A text splitter as the API shows it.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, poem_openapi::Object)]
-#[oai(rename = "TextSplitter")]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct SplitterRow {
     pub id: Uuid,
     pub name: String,
-    #[oai(nullable)]
     pub description: Option<String>,
     /// Provider name.
     pub provider: String,

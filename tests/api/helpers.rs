@@ -213,7 +213,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         .await
         .expect("application starts");
     let address = format!("http://{}", app.local_addr());
-    let pool = app.state().pool.sqlx().clone();
+    let pool = app.state().pool.pg_pool().clone();
     let state = app.state().clone();
     tokio::spawn(app.run_until(std::future::pending()));
     TestApp {

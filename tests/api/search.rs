@@ -614,7 +614,7 @@ async fn every_connection_searches_with_iterative_scans() {
     let (scan, ef): (String, String) = sqlx::query_as(
         "SELECT current_setting('hnsw.iterative_scan'), current_setting('hnsw.ef_search')",
     )
-    .fetch_one(app.state.pool.sqlx())
+    .fetch_one(app.state.pool.pg_pool())
     .await
     .unwrap();
     assert_eq!(scan, "relaxed_order");
@@ -685,7 +685,7 @@ async fn selective_scopes_are_searched_exactly() {
     )))
     .bind(&literal)
     .bind(uuid::Uuid::parse_str(&pid).unwrap())
-    .fetch_all(app.state.pool.sqlx())
+    .fetch_all(app.state.pool.pg_pool())
     .await
     .unwrap();
     assert_eq!(
