@@ -5,7 +5,9 @@
 //! compiled SQL over one table of generated documents (fields present, null or missing) and
 //! the selected ids must equal those of `Rules`, a plain evaluator of the interface's rules
 //! written here, independently of the compiler, on the filter's JSON. `$teq` runs through the
-//! expansion query on the real `taxonomy_entries` table (migration 0003).
+//! expansion query on the real `taxonomy_entries` table (migration 0003). Each filter also runs
+//! in the flat form (`filter::compile_flat`) that the largest filters compile to, which must
+//! select the same rows.
 //!
 //! Needs `TROVE_TEST_DATABASE_URL`, an admin Postgres URL: each test creates a scratch
 //! database `trove_filterdiff_<random>` (byte-order collation, so the evaluator compares
@@ -131,10 +133,19 @@ fn select_ids(
     typed: &TypedFilter,
     teq: &TeqExpansions,
 ) -> Result<Vec<i32>, sqlx::Error> {
+    select_ids_with(runtime, conn, filter::compile(typed, "docs", teq))
+}
+
+/// Runs a condition: `SELECT id FROM docs WHERE <condition> ORDER BY id`.
+fn select_ids_with(
+    runtime: &tokio::runtime::Runtime,
+    conn: &mut PgConnection,
+    condition: sea_query::Condition,
+) -> Result<Vec<i32>, sqlx::Error> {
     let (sql, values) = Query::select()
         .column(Alias::new("id"))
         .from(Alias::new("docs"))
-        .cond_where(filter::compile(typed, "docs", teq))
+        .cond_where(condition)
         .order_by(Alias::new("id"), Order::Asc)
         .build_sqlx(PostgresQueryBuilder);
     runtime.block_on(sqlx::query_scalar_with(AssertSqlSafe(sql), values).fetch_all(&mut *conn))
@@ -716,6 +727,14 @@ fn compiled_filters_select_what_the_rules_select() {
             }
             let selected = select_ids(runtime, &mut conn, &typed, &teq)
                 .map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+            // The form the largest filters compile to selects the same rows.
+            let flat = select_ids_with(
+                runtime,
+                &mut conn,
+                filter::compile_flat(&typed, "docs", &teq),
+            )
+            .map_err(|e| TestCaseError::fail(format!("{text} (flat): {e}")))?;
+            prop_assert_eq!(&flat, &selected, "flat form of {}", text);
             let expected: Vec<i32> = docs
                 .iter()
                 .enumerate()

@@ -5,7 +5,9 @@
 use std::fmt;
 
 /// A metadata filter (see the module documentation of [`crate::filter`] for the grammar).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Filters nest to any depth: dropping and cloning one do not recurse.
+#[derive(Debug, PartialEq)]
 pub enum Filter {
     /// A field map `{field: {op: value}, ...}`: every condition must hold. Empty (`{}`) means
     /// no restriction, except in a later position of an `$or` (rule 4). Conditions keep the
@@ -23,6 +25,73 @@ impl Filter {
     /// Whether this is the empty field map `{}`.
     pub fn is_empty_object(&self) -> bool {
         matches!(self, Filter::Fields(conditions) if conditions.is_empty())
+    }
+
+    /// Moves this filter's sub-filters onto `pending`, leaving it without any.
+    fn take_children(&mut self, pending: &mut Vec<Filter>) {
+        match self {
+            Filter::Fields(_) => {}
+            Filter::And(filters) | Filter::Or(filters) => pending.append(filters),
+            Filter::Not(filter) => pending.push(std::mem::replace(
+                filter.as_mut(),
+                Filter::Fields(Vec::new()),
+            )),
+        }
+    }
+}
+
+/// Cloned without recursion: children are built before their parents, on a list.
+impl Clone for Filter {
+    fn clone(&self) -> Self {
+        enum Step<'a> {
+            Enter(&'a Filter),
+            Build(&'a Filter),
+        }
+        let mut steps = vec![Step::Enter(self)];
+        // The copies of finished sub-filters, in document order.
+        let mut built: Vec<Filter> = Vec::new();
+        while let Some(step) = steps.pop() {
+            match step {
+                Step::Enter(filter) => {
+                    steps.push(Step::Build(filter));
+                    match filter {
+                        Filter::Fields(_) => {}
+                        Filter::And(filters) | Filter::Or(filters) => {
+                            steps.extend(filters.iter().rev().map(Step::Enter));
+                        }
+                        Filter::Not(filter) => steps.push(Step::Enter(filter)),
+                    }
+                }
+                Step::Build(filter) => {
+                    let copy = match filter {
+                        Filter::Fields(conditions) => Filter::Fields(conditions.clone()),
+                        Filter::And(filters) => {
+                            Filter::And(built.split_off(built.len() - filters.len()))
+                        }
+                        Filter::Or(filters) => {
+                            Filter::Or(built.split_off(built.len() - filters.len()))
+                        }
+                        Filter::Not(_) => {
+                            Filter::Not(Box::new(built.pop().unwrap_or(Filter::Fields(Vec::new()))))
+                        }
+                    };
+                    built.push(copy);
+                }
+            }
+        }
+        built.pop().unwrap_or(Filter::Fields(Vec::new()))
+    }
+}
+
+/// Filters nest to any depth (a 2 MB body holds a quarter of a million `$not`), so a filter is
+/// dropped without recursion: each node's sub-filters are moved to a list before it goes.
+impl Drop for Filter {
+    fn drop(&mut self) {
+        let mut pending = Vec::new();
+        self.take_children(&mut pending);
+        while let Some(mut filter) = pending.pop() {
+            filter.take_children(&mut pending);
+        }
     }
 }
 

@@ -30,18 +30,28 @@
 //!   Postgres' default escape character, backslash. A final unpaired backslash, which
 //!   Postgres would refuse, is a literal backslash (bound as `\\`).
 //!
-//! Lists are bound as one parameter holding a Postgres array literal, cast to the element
-//! type (`= ANY(CAST($1 AS bigint[]))`): sea-query's native array values need the
-//! `postgres-array` feature of both sea-query and sea-query-sqlx, which the workspace does not
-//! enable. The literal quotes every string, so no element can be read as NULL or split.
+//! Lists are bound as one parameter of the field's array type (`= ANY($1)`, `<> ALL($1)`
+//! with a `text[]`, `bigint[]`, `double precision[]` or `boolean[]` value), which the planner
+//! sees as a constant array (hashed when long) rather than text to parse for every row. A list
+//! holding an integer beyond 64 bits is bound as a Postgres array literal cast to `bigint[]`
+//! instead, so the database refuses it when the statement runs, as it refuses such a single
+//! value.
 //!
-//! Constants are folded (`x AND TRUE` → `x`, `x OR TRUE` → `TRUE`, `NOT NOT x` → `x`, …);
-//! each rewrite holds in three-valued logic.
+//! Constants are folded (`x AND TRUE` → `x`, `x OR TRUE` → `TRUE`, `NOT NOT x` → `x`, …),
+//! nested `AND`s and `OR`s are flattened; each rewrite holds in three-valued logic. So a chain
+//! of `$not`, `$and` or `$or` of any depth compiles to a shallow expression.
+//!
+//! Filters nest to any depth, so nothing here recurses over the filter: the typed filter and
+//! the boolean expression are flat lists of nodes. The result is a sea-query expression when
+//! it is small enough for sea-query's recursive rendering (every filter of ordinary size);
+//! larger ones (tens of thousands of conditions, deep alternations of `AND` and `OR`) are
+//! rendered here, without recursion, into one SQL expression with its bound values
+//! ([`compile_flat`] gives that form for any filter).
 
 use std::fmt::Write as _;
 
 use sea_query::extension::postgres::{PgExpr as _, PgFunc};
-use sea_query::{Alias, Condition, Expr, ExprTrait as _, Value};
+use sea_query::{Alias, ArrayType, Condition, Expr, ExprTrait as _, Value};
 
 use crate::like::close_trailing_escape;
 
@@ -51,6 +61,11 @@ use super::validate::{
     DeclaredType, FieldType, TypedCondition, TypedFilter, TypedNode, TypedOperation, TypedValue,
 };
 
+/// Expressions up to this rendering depth (see [`Tree::sea_query_depth`]) are built as
+/// sea-query expressions; deeper ones are rendered by [`Tree::flat_expr`]. sea-query renders
+/// (and drops) expressions recursively, `a AND b AND c` as a chain one level per operand.
+const SEA_QUERY_DEPTH: usize = 256;
+
 /// The condition selecting the rows of `table` (a table name or alias whose `metadata`
 /// column holds the metadata) that `filter` matches.
 ///
@@ -58,8 +73,19 @@ use super::validate::{
 /// there matches its starting value only. Call [`super::validate_teq`] with the same
 /// expansion first: this function does not check it.
 pub fn compile(filter: &TypedFilter, table: &str, teq: &TeqExpansions) -> Condition {
-    let compiler = Compiler { table, teq };
-    Condition::all().add(compiler.node(&filter.root).into_expr())
+    let tree = Compiler { table, teq }.tree(filter);
+    let expr = if tree.sea_query_depth() <= SEA_QUERY_DEPTH {
+        tree.sea_query_expr(tree.root)
+    } else {
+        tree.flat_expr()
+    };
+    Condition::all().add(expr)
+}
+
+/// [`compile`] rendered as one SQL expression with its bound values, whatever the filter's
+/// size: the form [`compile`] gives the largest filters, for tests that compare both.
+pub fn compile_flat(filter: &TypedFilter, table: &str, teq: &TeqExpansions) -> Condition {
+    Condition::all().add(Compiler { table, teq }.tree(filter).flat_expr())
 }
 
 struct Compiler<'a> {
@@ -68,86 +94,101 @@ struct Compiler<'a> {
 }
 
 impl Compiler<'_> {
-    fn node(&self, node: &TypedNode) -> Logic {
-        match node {
-            TypedNode::Fields(conditions) => {
-                Logic::and(conditions.iter().map(|c| self.condition(c)).collect())
-            }
-            TypedNode::And(nodes) => Logic::and(nodes.iter().map(|n| self.node(n)).collect()),
-            TypedNode::Or(nodes) => {
-                let mut parts = Vec::with_capacity(nodes.len());
-                for (position, node) in nodes.iter().enumerate() {
-                    if matches!(node, TypedNode::Fields(conditions) if conditions.is_empty()) {
-                        // Rule 4: `{}` first matches everything; later it matches nothing.
-                        if position == 0 {
-                            return Logic::Const(true);
-                        }
-                        continue;
-                    }
-                    parts.push(self.node(node));
+    /// The folded expression of a typed filter. Children come after their parents in
+    /// `filter.nodes`, so going through the list backwards meets every child first.
+    fn tree(&self, filter: &TypedFilter) -> Tree {
+        let mut tree = Tree::default();
+        let mut compiled = vec![0; filter.nodes.len()];
+        for (index, node) in filter.nodes.iter().enumerate().rev() {
+            compiled[index] = match node {
+                TypedNode::Fields(conditions) => {
+                    let parts = conditions
+                        .iter()
+                        .map(|condition| self.condition(&mut tree, condition))
+                        .collect();
+                    tree.and(parts)
                 }
-                Logic::or(parts)
-            }
-            TypedNode::Not(node) => Logic::not(self.node(node)),
+                TypedNode::And(children) => {
+                    tree.and(children.iter().map(|child| compiled[*child]).collect())
+                }
+                TypedNode::Or(children) => {
+                    let mut parts = Vec::with_capacity(children.len());
+                    let mut always = false;
+                    for (position, child) in children.iter().enumerate() {
+                        if filter.nodes[*child].is_empty_object() {
+                            // Rule 4: `{}` first matches everything; later it matches nothing.
+                            if position == 0 {
+                                always = true;
+                                break;
+                            }
+                            continue;
+                        }
+                        parts.push(compiled[*child]);
+                    }
+                    if always {
+                        tree.push(Logic::Const(true))
+                    } else {
+                        tree.or(parts)
+                    }
+                }
+                TypedNode::Not(child) => tree.not(compiled[*child]),
+            };
         }
+        tree.root = compiled
+            .first()
+            .copied()
+            .unwrap_or_else(|| tree.push(Logic::Const(true)));
+        tree
     }
 
-    fn condition(&self, condition: &TypedCondition) -> Logic {
+    fn condition(&self, tree: &mut Tree, condition: &TypedCondition) -> usize {
         let field = || self.field(&condition.field, condition.field_type);
-        match &condition.operation {
-            TypedOperation::Compare { op, value } => {
-                let value = bound(value);
-                Logic::Leaf(match op {
-                    CompareOp::Eq => field().eq(value),
-                    CompareOp::Neq => field().ne(value),
-                    CompareOp::Gt => field().gt(value),
-                    CompareOp::Ge => field().gte(value),
-                    CompareOp::Lt => field().lt(value),
-                    CompareOp::Le => field().lte(value),
-                })
-            }
+        let test = match &condition.operation {
+            TypedOperation::Compare { op, value } => Test::Compare(*op, bound(value)),
             TypedOperation::Like { op, pattern } => {
-                let pattern = close_trailing_escape(pattern);
-                Logic::Leaf(match op {
-                    LikeOp::Like => field().like(&*pattern),
-                    LikeOp::ILike => field().ilike(&*pattern),
-                })
+                Test::Like(*op, close_trailing_escape(pattern).into_owned())
             }
             TypedOperation::Membership { op, values } => {
                 if values.is_empty() {
                     // Only boolean fields get here (validation); rule 3.
-                    return Logic::Const(*op == MembershipOp::NotIn);
+                    return tree.push(Logic::Const(*op == MembershipOp::NotIn));
                 }
-                let list = array_param(values, condition.field_type);
-                Logic::Leaf(match op {
-                    MembershipOp::In => field().eq(PgFunc::any(list)),
-                    MembershipOp::NotIn => field().ne(PgFunc::all(list)),
-                })
+                Test::Membership(*op, array_param(values, condition.field_type))
             }
-            TypedOperation::Teq(start) => Logic::or(
-                self.teq
+            TypedOperation::Teq(start) => {
+                let parts = self
+                    .teq
                     .reached(start)
                     .iter()
                     .map(|(reached_field, values)| {
-                        Logic::Leaf(self.field(reached_field, FieldType::String).eq(PgFunc::any(
-                            text_array_param(values.iter().map(String::as_str)),
-                        )))
+                        tree.push(Logic::Leaf(Leaf {
+                            field: self.field(reached_field, FieldType::String),
+                            test: Test::Membership(
+                                MembershipOp::In,
+                                Bound::Value(string_array(values.iter().map(String::as_str))),
+                            ),
+                        }))
                     })
-                    .collect(),
-            ),
-        }
+                    .collect();
+                return tree.or(parts);
+            }
+        };
+        tree.push(Logic::Leaf(Leaf {
+            field: field(),
+            test,
+        }))
     }
 
     /// The typed expression of a metadata field: exactly the expression metadata indexes are
     /// built on, qualified with the table.
-    fn field(&self, field: &str, field_type: FieldType) -> Expr {
+    fn field(&self, field: &str, field_type: FieldType) -> String {
         // The field name is an identifier (grammar) declared by the schema: it becomes a SQL
         // string constant (or a quoted key of a path literal), as in the index expression, and
         // cannot leave its quotes. A bound parameter there would hide the expression from the
         // planner's index matching. The table is one of the callers' constant names.
         debug_assert!(is_field_name(field), "field names are identifiers");
         let column = format!("\"{}\".\"metadata\"", self.table);
-        Expr::cust(field_sql(&column, field, field_type))
+        field_sql(&column, field, field_type)
     }
 }
 
@@ -173,27 +214,68 @@ fn field_sql(column: &str, field: &str, field_type: FieldType) -> String {
     format!("JSON_VALUE({column}, '$.\"{field}\"' RETURNING {sql_type} NULL ON ERROR)")
 }
 
-/// A value as a bound parameter of its field's type.
-fn bound(value: &TypedValue) -> Expr {
-    match value {
-        TypedValue::String(s) => Expr::val(s.as_str()),
-        TypedValue::Integer(i) => Expr::val(*i),
-        // Bound as text: the cast refuses it when the statement runs.
-        TypedValue::OutOfRangeInteger(u) => Expr::val(u.to_string()).cast_as(Alias::new("bigint")),
-        TypedValue::Number(n) => Expr::val(*n),
-        TypedValue::Boolean(b) => Expr::val(*b),
+/// A value bound as a parameter: as it is, or as text the database casts (and refuses) when
+/// the statement runs.
+#[derive(Debug)]
+enum Bound {
+    Value(Value),
+    /// `CAST($n AS <type>)`.
+    Cast(String, &'static str),
+}
+
+impl Bound {
+    fn expr(&self) -> Expr {
+        match self {
+            Bound::Value(value) => Expr::val(value.clone()),
+            Bound::Cast(text, sql_type) => Expr::val(text.as_str()).cast_as(Alias::new(*sql_type)),
+        }
     }
 }
 
-/// A non-empty list of values of one field type, as one bound array literal cast to the
-/// field's array type.
-fn array_param(values: &[TypedValue], field_type: FieldType) -> Expr {
-    let element_type = match field_type {
-        FieldType::String => "text[]",
-        FieldType::Integer => "bigint[]",
-        FieldType::Number => "double precision[]",
-        FieldType::Boolean => "boolean[]",
+/// A value as a bound parameter of its field's type.
+fn bound(value: &TypedValue) -> Bound {
+    match value {
+        TypedValue::String(s) => Bound::Value(Value::from(s.as_str())),
+        TypedValue::Integer(i) => Bound::Value(Value::from(*i)),
+        // Bound as text: the cast refuses it when the statement runs.
+        TypedValue::OutOfRangeInteger(u) => Bound::Cast(u.to_string(), "bigint"),
+        TypedValue::Number(n) => Bound::Value(Value::from(*n)),
+        TypedValue::Boolean(b) => Bound::Value(Value::from(*b)),
+    }
+}
+
+/// A non-empty list of values of one field type as one bound array of the field's type; a
+/// list holding an integer beyond 64 bits as an array literal cast to `bigint[]`.
+fn array_param(values: &[TypedValue], field_type: FieldType) -> Bound {
+    let array = |array_type: ArrayType, elements: Vec<Value>| {
+        Bound::Value(Value::Array(array_type, Some(Box::new(elements))))
     };
+    let elements = values.iter().map(|value| match value {
+        TypedValue::String(s) => Value::from(s.as_str()),
+        TypedValue::Integer(i) => Value::from(*i),
+        TypedValue::OutOfRangeInteger(u) => Value::from(u.to_string()),
+        TypedValue::Number(n) => Value::from(*n),
+        TypedValue::Boolean(b) => Value::from(*b),
+    });
+    match field_type {
+        FieldType::String => array(ArrayType::String, elements.collect()),
+        FieldType::Number => array(ArrayType::Double, elements.collect()),
+        FieldType::Boolean => array(ArrayType::Bool, elements.collect()),
+        FieldType::Integer => {
+            if values
+                .iter()
+                .any(|value| matches!(value, TypedValue::OutOfRangeInteger(_)))
+            {
+                Bound::Cast(integer_literal(values), "bigint[]")
+            } else {
+                array(ArrayType::BigInt, elements.collect())
+            }
+        }
+    }
+}
+
+/// Integers as a Postgres array literal (`{1,18446744073709551615}`).
+fn integer_literal(values: &[TypedValue]) -> String {
     let mut literal = String::from("{");
     for (position, value) in values.iter().enumerate() {
         if position > 0 {
@@ -201,19 +283,21 @@ fn array_param(values: &[TypedValue], field_type: FieldType) -> Expr {
         }
         // Writing to a String cannot fail.
         let _ = match value {
-            TypedValue::String(s) => {
-                push_quoted(&mut literal, s);
-                Ok(())
-            }
             TypedValue::Integer(i) => write!(literal, "{i}"),
             TypedValue::OutOfRangeInteger(u) => write!(literal, "{u}"),
-            // Shortest representation that reads back as the same double.
-            TypedValue::Number(n) => write!(literal, "{n:e}"),
-            TypedValue::Boolean(b) => write!(literal, "{b}"),
+            TypedValue::String(_) | TypedValue::Number(_) | TypedValue::Boolean(_) => Ok(()),
         };
     }
     literal.push('}');
-    Expr::val(literal).cast_as(Alias::new(element_type))
+    literal
+}
+
+/// Strings as one bound `text[]` value.
+fn string_array<'a>(values: impl IntoIterator<Item = &'a str>) -> Value {
+    Value::Array(
+        ArrayType::String,
+        Some(Box::new(values.into_iter().map(Value::from).collect())),
+    )
 }
 
 /// Strings as one bound `text[]` parameter (`CAST($1 AS text[])`).
@@ -242,124 +326,356 @@ fn push_quoted(literal: &mut String, value: &str) {
     literal.push('"');
 }
 
-/// A boolean expression under construction, with constants kept apart so they fold.
+/// One comparison of a field: the field's SQL expression and the test applied to it.
+#[derive(Debug)]
+struct Leaf {
+    field: String,
+    test: Test,
+}
+
+#[derive(Debug)]
+enum Test {
+    Compare(CompareOp, Bound),
+    Like(LikeOp, String),
+    Membership(MembershipOp, Bound),
+}
+
+impl Leaf {
+    fn sea_query_expr(&self) -> Expr {
+        let field = Expr::cust(self.field.clone());
+        match &self.test {
+            Test::Compare(op, value) => {
+                let value = value.expr();
+                match op {
+                    CompareOp::Eq => field.eq(value),
+                    CompareOp::Neq => field.ne(value),
+                    CompareOp::Gt => field.gt(value),
+                    CompareOp::Ge => field.gte(value),
+                    CompareOp::Lt => field.lt(value),
+                    CompareOp::Le => field.lte(value),
+                }
+            }
+            Test::Like(LikeOp::Like, pattern) => field.like(pattern.as_str()),
+            Test::Like(LikeOp::ILike, pattern) => field.ilike(pattern.as_str()),
+            Test::Membership(MembershipOp::In, list) => field.eq(PgFunc::any(list.expr())),
+            Test::Membership(MembershipOp::NotIn, list) => field.ne(PgFunc::all(list.expr())),
+        }
+    }
+
+    /// Writes the comparison as SQL, its value as the next numbered parameter.
+    fn write_flat(&self, sql: &mut String, values: &mut Vec<Value>) {
+        let (operator, value, suffix) = match &self.test {
+            Test::Compare(op, value) => {
+                let operator = match op {
+                    CompareOp::Eq => "=",
+                    CompareOp::Neq => "<>",
+                    CompareOp::Gt => ">",
+                    CompareOp::Ge => ">=",
+                    CompareOp::Lt => "<",
+                    CompareOp::Le => "<=",
+                };
+                (operator, value.clone_parts(), "")
+            }
+            Test::Like(op, pattern) => {
+                let operator = match op {
+                    LikeOp::Like => "LIKE",
+                    LikeOp::ILike => "ILIKE",
+                };
+                (operator, (Value::from(pattern.as_str()), None), "")
+            }
+            Test::Membership(MembershipOp::In, list) => ("= ANY(", list.clone_parts(), ")"),
+            Test::Membership(MembershipOp::NotIn, list) => ("<> ALL(", list.clone_parts(), ")"),
+        };
+        values.push(value.0);
+        let number = values.len();
+        let _ = match value.1 {
+            None => write!(sql, "({}) {operator} ${number}{suffix}", self.field),
+            Some(sql_type) => write!(
+                sql,
+                "({}) {operator} CAST(${number} AS {sql_type}){suffix}",
+                self.field
+            ),
+        };
+    }
+}
+
+impl Bound {
+    /// The bound value and the type it is cast to, if any.
+    fn clone_parts(&self) -> (Value, Option<&'static str>) {
+        match self {
+            Bound::Value(value) => (value.clone(), None),
+            Bound::Cast(text, sql_type) => (Value::from(text.as_str()), Some(*sql_type)),
+        }
+    }
+}
+
+/// A node of a boolean expression under construction, with constants kept apart so they
+/// fold; children are indices into [`Tree::nodes`].
 #[derive(Debug)]
 enum Logic {
     Const(bool),
-    Leaf(Expr),
-    And(Vec<Logic>),
-    Or(Vec<Logic>),
-    Not(Box<Logic>),
+    Leaf(Leaf),
+    And(Vec<usize>),
+    Or(Vec<usize>),
+    Not(usize),
 }
 
-impl Logic {
-    /// AND of `parts`: TRUE when empty; FALSE absorbs (`unknown AND FALSE` is FALSE).
-    fn and(parts: Vec<Logic>) -> Logic {
+/// A boolean expression as a flat list of nodes: no walk over it recurses, and dropping it
+/// does not either. Every node is the child of at most one other.
+#[derive(Debug, Default)]
+struct Tree {
+    nodes: Vec<Logic>,
+    root: usize,
+}
+
+impl Tree {
+    fn push(&mut self, node: Logic) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// AND of `parts`: TRUE when empty; FALSE absorbs (`unknown AND FALSE` is FALSE); the
+    /// parts of an AND part are taken in.
+    fn and(&mut self, parts: Vec<usize>) -> usize {
         let mut kept = Vec::with_capacity(parts.len());
         for part in parts {
-            match part {
+            match &mut self.nodes[part] {
                 Logic::Const(true) => {}
-                Logic::Const(false) => return Logic::Const(false),
-                Logic::And(inner) => kept.extend(inner),
-                other => kept.push(other),
+                Logic::Const(false) => return self.push(Logic::Const(false)),
+                Logic::And(inner) => kept.append(inner),
+                _ => kept.push(part),
             }
         }
-        match kept.len() {
-            0 => Logic::Const(true),
-            1 => kept.pop().unwrap_or(Logic::Const(true)),
-            _ => Logic::And(kept),
+        match kept.as_slice() {
+            [] => self.push(Logic::Const(true)),
+            [only] => *only,
+            _ => self.push(Logic::And(kept)),
         }
     }
 
-    /// OR of `parts`: FALSE when empty; TRUE absorbs (`unknown OR TRUE` is TRUE).
-    fn or(parts: Vec<Logic>) -> Logic {
+    /// OR of `parts`: FALSE when empty; TRUE absorbs (`unknown OR TRUE` is TRUE); the parts
+    /// of an OR part are taken in.
+    fn or(&mut self, parts: Vec<usize>) -> usize {
         let mut kept = Vec::with_capacity(parts.len());
         for part in parts {
-            match part {
+            match &mut self.nodes[part] {
                 Logic::Const(false) => {}
-                Logic::Const(true) => return Logic::Const(true),
-                Logic::Or(inner) => kept.extend(inner),
-                other => kept.push(other),
+                Logic::Const(true) => return self.push(Logic::Const(true)),
+                Logic::Or(inner) => kept.append(inner),
+                _ => kept.push(part),
             }
         }
-        match kept.len() {
-            0 => Logic::Const(false),
-            1 => kept.pop().unwrap_or(Logic::Const(false)),
-            _ => Logic::Or(kept),
+        match kept.as_slice() {
+            [] => self.push(Logic::Const(false)),
+            [only] => *only,
+            _ => self.push(Logic::Or(kept)),
         }
     }
 
-    fn not(part: Logic) -> Logic {
-        match part {
-            Logic::Const(value) => Logic::Const(!value),
-            Logic::Not(inner) => *inner,
-            other => Logic::Not(Box::new(other)),
+    fn not(&mut self, part: usize) -> usize {
+        match self.nodes[part] {
+            Logic::Const(value) => self.push(Logic::Const(!value)),
+            Logic::Not(inner) => inner,
+            _ => self.push(Logic::Not(part)),
         }
     }
 
-    fn into_expr(self) -> Expr {
-        match self {
-            Logic::Const(value) => Expr::Constant(Value::from(value)),
-            Logic::Leaf(expr) => expr,
-            Logic::And(parts) => Self::fold(parts, |a, b| a.and(b)),
-            Logic::Or(parts) => Self::fold(parts, |a, b| a.or(b)),
-            Logic::Not(part) => part.into_expr().not(),
+    /// The nesting depth of the sea-query expression of the tree: an AND or OR of `n` parts
+    /// nests `n` deep (sea-query joins two expressions at a time).
+    fn sea_query_depth(&self) -> usize {
+        let mut deepest: usize = 0;
+        let mut pending = vec![(self.root, 1_usize)];
+        while let Some((index, depth)) = pending.pop() {
+            deepest = deepest.max(depth);
+            match &self.nodes[index] {
+                Logic::Const(_) | Logic::Leaf(_) => {}
+                Logic::And(parts) | Logic::Or(parts) => {
+                    pending.extend(parts.iter().map(|part| (*part, depth + parts.len())));
+                }
+                Logic::Not(part) => pending.push((*part, depth + 1)),
+            }
+        }
+        deepest
+    }
+
+    /// The sea-query expression of a node; recursive, for trees within [`SEA_QUERY_DEPTH`].
+    fn sea_query_expr(&self, index: usize) -> Expr {
+        let join = |parts: &[usize], and: bool| {
+            parts
+                .iter()
+                .map(|part| self.sea_query_expr(*part))
+                .reduce(|a, b| if and { a.and(b) } else { a.or(b) })
+                .unwrap_or(Expr::Constant(Value::from(and)))
+        };
+        match &self.nodes[index] {
+            Logic::Const(value) => Expr::Constant(Value::from(*value)),
+            Logic::Leaf(leaf) => leaf.sea_query_expr(),
+            Logic::And(parts) => join(parts, true),
+            Logic::Or(parts) => join(parts, false),
+            Logic::Not(part) => self.sea_query_expr(*part).not(),
         }
     }
 
-    fn fold(parts: Vec<Logic>, join: impl Fn(Expr, Expr) -> Expr) -> Expr {
-        parts
-            .into_iter()
-            .map(Logic::into_expr)
-            .reduce(join)
-            .unwrap_or(Expr::Constant(Value::from(true)))
+    /// The tree as one custom SQL expression with its values as numbered parameters, written
+    /// without recursion: every part of an AND or OR and the operand of a NOT is
+    /// parenthesised.
+    fn flat_expr(&self) -> Expr {
+        if let Logic::Const(value) = self.nodes[self.root] {
+            return Expr::Constant(Value::from(value));
+        }
+        enum Step {
+            Node(usize),
+            Text(&'static str),
+        }
+        let mut sql = String::new();
+        let mut values = Vec::new();
+        let mut pending = vec![Step::Node(self.root)];
+        while let Some(step) = pending.pop() {
+            let index = match step {
+                Step::Text(text) => {
+                    sql.push_str(text);
+                    continue;
+                }
+                Step::Node(index) => index,
+            };
+            match &self.nodes[index] {
+                Logic::Const(true) => sql.push_str("TRUE"),
+                Logic::Const(false) => sql.push_str("FALSE"),
+                Logic::Leaf(leaf) => leaf.write_flat(&mut sql, &mut values),
+                Logic::And(parts) | Logic::Or(parts) => {
+                    let joiner = if matches!(self.nodes[index], Logic::And(_)) {
+                        ") AND ("
+                    } else {
+                        ") OR ("
+                    };
+                    pending.push(Step::Text(")"));
+                    for (position, part) in parts.iter().enumerate().rev() {
+                        pending.push(Step::Node(*part));
+                        if position > 0 {
+                            pending.push(Step::Text(joiner));
+                        }
+                    }
+                    pending.push(Step::Text("("));
+                }
+                Logic::Not(part) => {
+                    pending.push(Step::Text(")"));
+                    pending.push(Step::Node(*part));
+                    pending.push(Step::Text("NOT ("));
+                }
+            }
+        }
+        Expr::cust_with_values(sql, values)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use sea_query::{PostgresQueryBuilder, Query};
+
     use super::*;
 
-    fn leaf(name: &'static str) -> Logic {
-        Logic::Leaf(Expr::col(Alias::new(name)))
+    fn leaf(tree: &mut Tree, name: &str) -> usize {
+        tree.push(Logic::Leaf(Leaf {
+            field: format!("\"{name}\""),
+            test: Test::Compare(CompareOp::Eq, Bound::Value(Value::from(1_i64))),
+        }))
     }
 
-    fn is_const(logic: &Logic, expected: bool) -> bool {
-        matches!(logic, Logic::Const(value) if *value == expected)
+    fn is_const(tree: &Tree, index: usize, expected: bool) -> bool {
+        matches!(tree.nodes[index], Logic::Const(value) if value == expected)
+    }
+
+    fn constant(tree: &mut Tree, value: bool) -> usize {
+        tree.push(Logic::Const(value))
     }
 
     #[test]
     fn empty_and_is_true_and_empty_or_is_false() {
-        assert!(is_const(&Logic::and(vec![]), true));
-        assert!(is_const(&Logic::or(vec![]), false));
+        let mut tree = Tree::default();
+        let and = tree.and(vec![]);
+        let or = tree.or(vec![]);
+        assert!(is_const(&tree, and, true));
+        assert!(is_const(&tree, or, false));
     }
 
     #[test]
     fn constants_fold() {
-        assert!(is_const(
-            &Logic::and(vec![leaf("a"), Logic::Const(false)]),
-            false
-        ));
-        assert!(is_const(
-            &Logic::or(vec![leaf("a"), Logic::Const(true)]),
-            true
-        ));
-        assert!(matches!(
-            Logic::and(vec![leaf("a"), Logic::Const(true)]),
-            Logic::Leaf(_)
-        ));
-        assert!(matches!(
-            Logic::or(vec![Logic::Const(false), leaf("a")]),
-            Logic::Leaf(_)
-        ));
-        assert!(is_const(&Logic::not(Logic::Const(true)), false));
-        assert!(matches!(Logic::not(Logic::not(leaf("a"))), Logic::Leaf(_)));
+        let mut tree = Tree::default();
+        let (a, f) = (leaf(&mut tree, "a"), constant(&mut tree, false));
+        let and = tree.and(vec![a, f]);
+        assert!(is_const(&tree, and, false));
+        let t = constant(&mut tree, true);
+        let or = tree.or(vec![a, t]);
+        assert!(is_const(&tree, or, true));
+        assert_eq!(tree.and(vec![a, t]), a);
+        assert_eq!(tree.or(vec![f, a]), a);
+        let not_true = tree.not(t);
+        assert!(is_const(&tree, not_true, false));
+        let not_a = tree.not(a);
+        assert_eq!(tree.not(not_a), a);
     }
 
     #[test]
     fn nested_and_flattens() {
-        let logic = Logic::and(vec![Logic::and(vec![leaf("a"), leaf("b")]), leaf("c")]);
-        assert!(matches!(logic, Logic::And(parts) if parts.len() == 3));
+        let mut tree = Tree::default();
+        let (a, b, c) = (
+            leaf(&mut tree, "a"),
+            leaf(&mut tree, "b"),
+            leaf(&mut tree, "c"),
+        );
+        let inner = tree.and(vec![a, b]);
+        let outer = tree.and(vec![inner, c]);
+        assert!(matches!(&tree.nodes[outer], Logic::And(parts) if parts.len() == 3));
+    }
+
+    fn sql_of(expr: Expr) -> (String, usize) {
+        let (sql, values) = Query::select()
+            .expr(Expr::val(0_i64))
+            .cond_where(Condition::all().add(expr))
+            .build(PostgresQueryBuilder);
+        (sql, values.0.len())
+    }
+
+    #[test]
+    fn flat_rendering_parenthesises_and_numbers_parameters() {
+        let mut tree = Tree::default();
+        let (a, b, c) = (
+            leaf(&mut tree, "a"),
+            leaf(&mut tree, "b"),
+            leaf(&mut tree, "c"),
+        );
+        let or = tree.or(vec![b, c]);
+        let not = tree.not(or);
+        tree.root = tree.and(vec![a, not]);
+        assert_eq!(
+            sql_of(tree.flat_expr()),
+            (
+                r#"SELECT $1 WHERE (("a") = $2) AND (NOT ((("b") = $3) OR (("c") = $4)))"#
+                    .to_owned(),
+                4
+            )
+        );
+    }
+
+    /// A chain alternating AND and OR far deeper than any stack allows recursion: measured,
+    /// rendered and dropped without recursing.
+    #[test]
+    fn deep_alternations_render_without_recursion() {
+        let mut tree = Tree::default();
+        let mut node = leaf(&mut tree, "x");
+        for level in 0..200_000 {
+            let other = leaf(&mut tree, "y");
+            node = if level % 2 == 0 {
+                tree.and(vec![other, node])
+            } else {
+                tree.or(vec![other, node])
+            };
+        }
+        tree.root = node;
+        assert!(tree.sea_query_depth() > 200_000);
+        let (sql, values) = sql_of(tree.flat_expr());
+        assert_eq!(values, 200_002);
+        assert!(sql.ends_with(&")".repeat(200_000)), "balanced");
     }
 
     #[test]
@@ -370,10 +686,11 @@ mod tests {
     }
 
     #[test]
-    fn number_literals_read_back_exactly() {
-        for n in [0.1, -2.5, 1e300, 5e-324, f64::MAX, 123456789.125] {
-            let text = format!("{n:e}");
-            assert_eq!(text.parse::<f64>().ok(), Some(n), "{text}");
-        }
+    fn integer_literals_keep_values_beyond_64_bits() {
+        let values = [
+            TypedValue::Integer(-1),
+            TypedValue::OutOfRangeInteger(u64::MAX),
+        ];
+        assert_eq!(integer_literal(&values), "{-1,18446744073709551615}");
     }
 }

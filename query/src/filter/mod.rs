@@ -61,7 +61,7 @@ pub use ast::{
     ValueKind, is_field_name,
 };
 pub(crate) use compile::text_array_param;
-pub use compile::{compile, typed_field_sql};
+pub use compile::{compile, compile_flat, typed_field_sql};
 pub use teq::{TeqExpansions, TeqStart, teq_expansion_query};
 pub use validate::{
     DeclaredType, SchemaError, TypedFilter, unconvertible_integer_fields, validate, validate_teq,

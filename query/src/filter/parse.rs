@@ -2,6 +2,11 @@
 //! in a request body fails while the body is deserialized (the service answers 422 with
 //! serde's message, which ends with line and column), and the document list's `metadata`
 //! parameter goes through [`Filter::parse_query_param`].
+//!
+//! Nesting has no limit but the text's size: the JSON reader's recursion limit is disabled
+//! where a filter is read ([`Filter::from_json`], the service's bodies that hold filters), and
+//! the stack grows on the heap as a nested filter is read. Everything after parsing walks the
+//! tree without recursion.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -19,13 +24,34 @@ impl Filter {
     /// The error is serde's reason (with line and column); the service answers 400 plain text
     /// `Failed to deserialize query string: <reason>`.
     pub fn parse_query_param(raw: &str) -> Result<Filter, String> {
-        serde_json::from_str(raw).map_err(|error| error.to_string())
+        Self::from_json(raw).map_err(|error| error.to_string())
+    }
+
+    /// Parses a filter from JSON text without the JSON reader's nesting limit (filters nest to
+    /// any depth). Bodies that hold filters are read the same way: a
+    /// [`serde_json::Deserializer`] with its recursion limit disabled.
+    pub fn from_json(json: &str) -> Result<Filter, serde_json::Error> {
+        let mut deserializer = serde_json::Deserializer::from_str(json);
+        deserializer.disable_recursion_limit();
+        let filter = Filter::deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(filter)
     }
 }
 
+/// Free stack below which parsing a nested filter moves to a new stack segment.
+const STACK_RED_ZONE: usize = 64 * 1024;
+/// Size of each new stack segment.
+const STACK_SEGMENT: usize = 2 * 1024 * 1024;
+
 impl<'de> Deserialize<'de> for Filter {
+    /// Every nested filter is read through here, so this is where the stack grows: when less
+    /// than [`STACK_RED_ZONE`] is left, parsing goes on in a new heap-allocated segment. With
+    /// the JSON reader's recursion limit disabled, a filter nests as deep as its text allows.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(FilterVisitor)
+        stacker::maybe_grow(STACK_RED_ZONE, STACK_SEGMENT, || {
+            deserializer.deserialize_map(FilterVisitor)
+        })
     }
 }
 

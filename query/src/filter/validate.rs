@@ -6,7 +6,7 @@
 //! Every error here is the interface's 400 `Schema error` (no details); the variants say why,
 //! for logs and tests.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use serde_json::Value;
@@ -145,19 +145,33 @@ pub enum SchemaError {
 /// comparable type and carries values of that type. Build it with [`validate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TypedFilter {
-    pub(crate) root: TypedNode,
+    /// The filter's nodes, the root first; every node comes before its children, which are
+    /// indices into this list. A flat list, so that no walk over a deep filter recurses.
+    pub(crate) nodes: Vec<TypedNode>,
     /// The schema's top-level properties (`None`: a type filters cannot use), kept for
     /// [`validate_teq`].
     declared: BTreeMap<String, Option<DeclaredType>>,
+    /// The distinct integer fields compared, in order of appearance.
+    integer_fields: Vec<String>,
+    /// The distinct `$teq` starting points, in order of appearance.
+    teq_starts: Vec<TeqStart>,
 }
 
-/// [`Filter`] with typed comparisons; same shape.
+/// A node of [`Filter`] with typed comparisons; children are indices into
+/// [`TypedFilter::nodes`].
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum TypedNode {
     Fields(Vec<TypedCondition>),
-    And(Vec<TypedNode>),
-    Or(Vec<TypedNode>),
-    Not(Box<TypedNode>),
+    And(Vec<usize>),
+    Or(Vec<usize>),
+    Not(usize),
+}
+
+impl TypedNode {
+    /// Whether this is the empty field map `{}`.
+    pub(crate) fn is_empty_object(&self) -> bool {
+        matches!(self, TypedNode::Fields(conditions) if conditions.is_empty())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -203,41 +217,34 @@ impl TypedFilter {
     /// The distinct integer fields the filter compares, in the order they appear: the fields
     /// rule 6 concerns (see [`unconvertible_integer_fields`]).
     pub fn integer_fields(&self) -> Vec<String> {
-        let mut fields: Vec<String> = Vec::new();
-        self.root.visit_conditions(&mut |condition| {
-            if condition.field_type == FieldType::Integer && !fields.contains(&condition.field) {
-                fields.push(condition.field.clone());
-            }
-        });
-        fields
+        self.integer_fields.clone()
     }
 
     /// The distinct `$teq` starting points, in the order they appear. The service reads their
     /// expansion with [`super::teq_expansion_query`] before compiling.
     pub fn teq_starts(&self) -> Vec<TeqStart> {
-        let mut starts = Vec::new();
-        let mut seen = BTreeSet::new();
-        self.root.visit_conditions(&mut |condition| {
-            if let TypedOperation::Teq(start) = &condition.operation
-                && seen.insert(start)
-            {
-                starts.push(start.clone());
-            }
-        });
-        starts
+        self.teq_starts.clone()
     }
-}
 
-impl TypedNode {
-    fn visit_conditions<'a>(&'a self, visit: &mut impl FnMut(&'a TypedCondition)) {
-        match self {
-            TypedNode::Fields(conditions) => conditions.iter().for_each(&mut *visit),
-            TypedNode::And(nodes) | TypedNode::Or(nodes) => {
-                for node in nodes {
-                    node.visit_conditions(visit);
-                }
+    /// Records what the conditions of a field map contribute to
+    /// [`TypedFilter::integer_fields`] and [`TypedFilter::teq_starts`].
+    fn record(
+        &mut self,
+        conditions: &[TypedCondition],
+        integers: &mut HashSet<String>,
+        starts: &mut HashSet<TeqStart>,
+    ) {
+        for condition in conditions {
+            if condition.field_type == FieldType::Integer
+                && integers.insert(condition.field.clone())
+            {
+                self.integer_fields.push(condition.field.clone());
             }
-            TypedNode::Not(node) => node.visit_conditions(visit),
+            if let TypedOperation::Teq(start) = &condition.operation
+                && starts.insert(start.clone())
+            {
+                self.teq_starts.push(start.clone());
+            }
         }
     }
 }
@@ -269,7 +276,8 @@ pub fn unconvertible_integer_fields(schema: &Value, metadata: &Value) -> Vec<Str
 
 /// Checks `filter` against a pipeline's metadata JSON Schema (rule 1, rule 3 and the `$teq`
 /// field rule; the taxonomy half of rule 5 is [`validate_teq`]). The first error in document
-/// order wins.
+/// order wins. The walk keeps its own list of pending nodes, so a filter of any depth is
+/// checked in linear time and constant stack.
 pub fn validate(filter: &Filter, schema: &Value) -> Result<TypedFilter, SchemaError> {
     let declared: BTreeMap<String, Option<DeclaredType>> = schema
         .get("properties")
@@ -281,8 +289,50 @@ pub fn validate(filter: &Filter, schema: &Value) -> Result<TypedFilter, SchemaEr
                 .collect()
         })
         .unwrap_or_default();
-    let root = type_node(filter, &declared)?;
-    Ok(TypedFilter { root, declared })
+    let mut typed = TypedFilter {
+        nodes: Vec::new(),
+        declared,
+        integer_fields: Vec::new(),
+        teq_starts: Vec::new(),
+    };
+    let mut integers = HashSet::new();
+    let mut starts = HashSet::new();
+    // Depth first, children in document order: a node's whole subtree is checked before its
+    // next sibling, so conditions are checked (and recorded) in the order they are written.
+    let mut pending: Vec<(&Filter, Option<usize>)> = vec![(filter, None)];
+    while let Some((filter, parent)) = pending.pop() {
+        let index = typed.nodes.len();
+        let node = match filter {
+            Filter::Fields(conditions) => {
+                let conditions = conditions
+                    .iter()
+                    .map(|condition| type_condition(condition, &typed.declared))
+                    .collect::<Result<Vec<_>, _>>()?;
+                typed.record(&conditions, &mut integers, &mut starts);
+                TypedNode::Fields(conditions)
+            }
+            Filter::And(filters) => TypedNode::And(Vec::with_capacity(filters.len())),
+            Filter::Or(filters) => TypedNode::Or(Vec::with_capacity(filters.len())),
+            // The child's index is set when the child is reached.
+            Filter::Not(_) => TypedNode::Not(index),
+        };
+        typed.nodes.push(node);
+        if let Some(parent) = parent {
+            match &mut typed.nodes[parent] {
+                TypedNode::And(children) | TypedNode::Or(children) => children.push(index),
+                TypedNode::Not(child) => *child = index,
+                TypedNode::Fields(_) => {}
+            }
+        }
+        match filter {
+            Filter::Fields(_) => {}
+            Filter::And(filters) | Filter::Or(filters) => {
+                pending.extend(filters.iter().rev().map(|f| (f, Some(index))));
+            }
+            Filter::Not(filter) => pending.push((filter, Some(index))),
+        }
+    }
+    Ok(typed)
 }
 
 /// Checks that every field a `$teq` reaches through its taxonomy is a declared string field
@@ -301,33 +351,6 @@ pub fn validate_teq(filter: &TypedFilter, expansions: &TeqExpansions) -> Result<
         }
     }
     Ok(())
-}
-
-fn type_node(
-    filter: &Filter,
-    declared: &BTreeMap<String, Option<DeclaredType>>,
-) -> Result<TypedNode, SchemaError> {
-    Ok(match filter {
-        Filter::Fields(conditions) => TypedNode::Fields(
-            conditions
-                .iter()
-                .map(|condition| type_condition(condition, declared))
-                .collect::<Result<_, _>>()?,
-        ),
-        Filter::And(filters) => TypedNode::And(
-            filters
-                .iter()
-                .map(|f| type_node(f, declared))
-                .collect::<Result<_, _>>()?,
-        ),
-        Filter::Or(filters) => TypedNode::Or(
-            filters
-                .iter()
-                .map(|f| type_node(f, declared))
-                .collect::<Result<_, _>>()?,
-        ),
-        Filter::Not(filter) => TypedNode::Not(Box::new(type_node(filter, declared)?)),
-    })
 }
 
 fn type_condition(

@@ -31,7 +31,7 @@ pub fn schema() -> Value {
 
 /// Parses a filter from JSON text (the body path).
 pub fn parse(json: &str) -> Result<Filter, String> {
-    serde_json::from_str::<Filter>(json).map_err(|e| e.to_string())
+    Filter::from_json(json).map_err(|e| e.to_string())
 }
 
 /// Parses and validates against [`schema`].
