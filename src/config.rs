@@ -126,6 +126,31 @@ pub struct Config {
     /// How long a model server may keep Trove waiting for the head of its answer or between
     /// two chunks of it (`TROVE_LLM_READ_TIMEOUT`).
     pub llm_read_timeout: Duration,
+    /// Longest a database statement may run before the database cancels it
+    /// (`TROVE_STATEMENT_TIMEOUT`; zero: no limit).
+    pub statement_timeout: Duration,
+}
+
+/// Default of `TROVE_STATEMENT_TIMEOUT`.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `TROVE_STATEMENT_TIMEOUT`: seconds from 0 (no limit) to 86400.
+fn statement_timeout(value: Option<String>) -> Result<Duration, ConfigError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_STATEMENT_TIMEOUT);
+    };
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.0..=86_400.0).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            err(
+                "TROVE_STATEMENT_TIMEOUT",
+                format!("expected seconds (0 for no limit, at most 86400), got {value:?}"),
+            )
+        })
 }
 
 /// A configuration error: names the variable and what is wrong.
@@ -335,6 +360,7 @@ impl Config {
             hnsw,
             llm_connect_timeout,
             llm_read_timeout,
+            statement_timeout: statement_timeout(get("TROVE_STATEMENT_TIMEOUT"))?,
         })
     }
 }
@@ -509,6 +535,30 @@ mod tests {
             (&[("TROVE_HNSW_M", "40")][..], "TROVE_HNSW_EF_CONSTRUCTION"),
         ] {
             assert_eq!(with(pairs).unwrap_err().variable, variable, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn statement_timeout_is_checked() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = vec![
+                ("TROVE_DATABASE_URL", "postgres://x"),
+                ("TROVE_SECRET", SECRET),
+            ];
+            pairs.extend_from_slice(extra);
+            Config::from_lookup(lookup(&pairs))
+        };
+        assert_eq!(
+            with(&[]).unwrap().statement_timeout,
+            DEFAULT_STATEMENT_TIMEOUT
+        );
+        let c = with(&[("TROVE_STATEMENT_TIMEOUT", "0.25")]).unwrap();
+        assert_eq!(c.statement_timeout, Duration::from_millis(250));
+        let c = with(&[("TROVE_STATEMENT_TIMEOUT", "0")]).unwrap();
+        assert_eq!(c.statement_timeout, Duration::ZERO);
+        for value in ["-1", "86401", "x", "NaN"] {
+            let e = with(&[("TROVE_STATEMENT_TIMEOUT", value)]).unwrap_err();
+            assert_eq!(e.variable, "TROVE_STATEMENT_TIMEOUT", "{value}");
         }
     }
 

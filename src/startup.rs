@@ -45,8 +45,12 @@ pub struct Application {
 
 /// Opens the pool and applies migrations (`trove migrate` and every start).
 pub async fn migrated_pool(config: &Config) -> Result<store::Pool, StartError> {
-    let pool =
-        store::connect_lazy(config.database_url.expose(), 32).map_err(StartError::DatabaseUrl)?;
+    let pool = store::connect_lazy_with_timeout(
+        config.database_url.expose(),
+        32,
+        config.statement_timeout,
+    )
+    .map_err(StartError::DatabaseUrl)?;
     store::migrations::migrate(&pool).await?;
     Ok(pool)
 }
@@ -157,7 +161,8 @@ pub async fn run_worker_only(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), StartError> {
     let pool =
-        store::connect_lazy(config.database_url.expose(), 8).map_err(StartError::DatabaseUrl)?;
+        store::connect_lazy_with_timeout(config.database_url.expose(), 8, config.statement_timeout)
+            .map_err(StartError::DatabaseUrl)?;
     loop {
         match store::migrations::is_current(&pool).await {
             Ok(true) => break,

@@ -223,8 +223,10 @@ pub struct RunAgentBody {
     #[serde(default)]
     filters: Option<extract::Opaque<HashMap<String, Filter>>>,
     /// Execution: `true` or omitted NDJSON, `"sse"` server-sent events, `false` plain text.
+    /// Kept as written: this body is read without a nesting limit (filters nest to any
+    /// depth), and a value of any other field is not built into a tree.
     #[serde(default)]
-    stream: Option<Value>,
+    stream: Option<extract::Opaque<Box<serde_json::value::RawValue>>>,
     /// Execution: keep a trace for 60 minutes (header `x-service-tracing-id`).
     #[serde(default)]
     tracing: Option<bool>,
@@ -443,7 +445,7 @@ impl AgentsApi {
         agent_id: extract::Path,
         headers: DryRunHeaders,
         req: &Request,
-        body: extract::ForwardedBody<RunAgentBody>,
+        body: extract::FilterBody<RunAgentBody, extract::Forwarded>,
     ) -> poem::Result<Json<Retrievals<BTreeMap<String, Value>>>> {
         let state = state(req)?;
         let mut body = body.0;
@@ -466,11 +468,11 @@ impl AgentsApi {
         agent_id: extract::Path,
         headers: ExecuteHeaders,
         req: &Request,
-        body: extract::ForwardedBody<RunAgentBody>,
+        body: extract::FilterBody<RunAgentBody, extract::Forwarded>,
     ) -> poem::Result<Answer> {
         let state = state(req)?;
         let mut body = body.0;
-        let mode = StreamMode::from_field(body.stream.as_ref())?;
+        let mode = StreamMode::from_raw(body.stream.as_ref().map(|raw| &*raw.0))?;
         let options = ExecuteOptions {
             llm_id: headers.llm_id,
             tracing: body.tracing.unwrap_or(false),

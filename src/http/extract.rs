@@ -193,7 +193,12 @@ fn nul_field(bytes: &[u8]) -> Option<String> {
     if !bytes.windows(6).any(|w| w == b"\\u0000") {
         return None;
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    // A body with a filter nested deeper than a JSON value may be is read again with its
+    // top-level `filters` skipped (without recursion), which the walk skips anyway.
+    let value: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(value) => value,
+        Err(_) => serde_json::from_slice::<WithoutFilters>(bytes).ok()?.0,
+    };
     let mut pending: Vec<(String, &serde_json::Value)> = vec![(String::new(), &value)];
     while let Some((path, value)) = pending.pop() {
         let child = |key: &str| {
@@ -227,6 +232,38 @@ fn nul_field(bytes: &[u8]) -> Option<String> {
     None
 }
 
+/// A JSON object with its `filters` member skipped (kept as null).
+struct WithoutFilters(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for WithoutFilters {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = WithoutFilters;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<WithoutFilters, A::Error> {
+                let mut members = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value = if key == "filters" {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        serde_json::Value::Null
+                    } else {
+                        map.next_value()?
+                    };
+                    members.insert(key, value);
+                }
+                Ok(WithoutFilters(serde_json::Value::Object(members)))
+            }
+        }
+        deserializer.deserialize_map(Members)
+    }
+}
+
 /// Whether a content type is JSON (`application/json` or `application/*+json`).
 pub fn is_json_content_type(content_type: &str) -> bool {
     content_type.parse::<mime::Mime>().is_ok_and(|m| {
@@ -235,11 +272,13 @@ pub fn is_json_content_type(content_type: &str) -> bool {
     })
 }
 
-/// Reads a JSON body under the REST limits and parses it.
+/// Reads a JSON body under the REST limits and parses it, without the JSON reader's
+/// recursion limit when `unbounded` (bodies holding filters, see [`FilterBody`]).
 pub async fn read_json<T: DeserializeOwned>(
     request: &Request,
     body: &mut RequestBody,
     refuse_nul: bool,
+    unbounded: bool,
 ) -> Result<T, ApiError> {
     if !request.content_type().is_some_and(is_json_content_type) {
         return Err(ApiError::Plain {
@@ -264,7 +303,11 @@ pub async fn read_json<T: DeserializeOwned>(
                 message: format!("Failed to buffer the request body: {other}"),
             },
         })?;
-    let value = parse_json(&bytes)?;
+    let value = if unbounded {
+        parse_json_unbounded(&bytes)?
+    } else {
+        parse_json(&bytes)?
+    };
     if refuse_nul && let Some(field) = nul_field(&bytes) {
         return Err(ApiError::InvalidParameter(format!(
             "{field} contains the NUL character (U+0000)"
@@ -275,19 +318,35 @@ pub async fn read_json<T: DeserializeOwned>(
 
 /// Parses JSON bytes into `T` with the interface's two rejections.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        use serde_json::error::Category;
-        match e.classify() {
-            Category::Data => ApiError::Plain {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                message: format!("Failed to deserialize the JSON body into the target type: {e}"),
-            },
-            Category::Syntax | Category::Eof | Category::Io => ApiError::Plain {
-                status: StatusCode::BAD_REQUEST,
-                message: format!("Failed to parse the request body as JSON: {e}"),
-            },
-        }
-    })
+    serde_json::from_slice(bytes).map_err(body_error)
+}
+
+/// [`parse_json`] without the JSON reader's limit of 128 nested arrays and objects, for
+/// bodies whose only deeply nested parts are metadata filters: filters nest to any depth
+/// (interface: no limit except the body size), their parser grows the stack as it goes down,
+/// and a filter is dropped without recursion. Anything else such a body holds is either flat
+/// or skipped without recursion (unknown fields, raw values).
+pub fn parse_json_unbounded<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    deserializer.disable_recursion_limit();
+    let value = T::deserialize(&mut deserializer).map_err(body_error)?;
+    deserializer.end().map_err(body_error)?;
+    Ok(value)
+}
+
+/// A JSON error as the interface's 422 (wrong shape) or 400 (not JSON).
+fn body_error(e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Data => ApiError::Plain {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            message: format!("Failed to deserialize the JSON body into the target type: {e}"),
+        },
+        Category::Syntax | Category::Eof | Category::Io => ApiError::Plain {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("Failed to parse the request body as JSON: {e}"),
+        },
+    }
 }
 
 impl<'a, T: DeserializeOwned + Type + Send, K: BodyKind> ApiExtractor<'a> for JsonBody<T, K> {
@@ -315,8 +374,35 @@ impl<'a, T: DeserializeOwned + Type + Send, K: BodyKind> ApiExtractor<'a> for Js
         body: &mut RequestBody,
         _opts: ExtractParamOptions<()>,
     ) -> poem::Result<Self> {
-        let value = read_json(request, body, K::REFUSES_NUL).await?;
+        let value = read_json(request, body, K::REFUSES_NUL, false).await?;
         Ok(JsonBody(value, PhantomData))
+    }
+}
+
+/// A JSON body that may hold metadata filters (search, agent dry runs and executions): as
+/// [`JsonBody`], parsed with [`parse_json_unbounded`], since filters nest to any depth.
+pub struct FilterBody<T, K = Stored>(pub T, PhantomData<K>);
+
+impl<'a, T: DeserializeOwned + Type + Send, K: BodyKind> ApiExtractor<'a> for FilterBody<T, K> {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        <JsonBody<T, K> as ApiExtractor<'a>>::request_meta()
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        _opts: ExtractParamOptions<()>,
+    ) -> poem::Result<Self> {
+        let value = read_json(request, body, K::REFUSES_NUL, true).await?;
+        Ok(FilterBody(value, PhantomData))
     }
 }
 

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::ApiTags;
 use super::documents::Fragments;
-use super::extract::{self, Auth, JsonBody, state};
+use super::extract::{self, Auth, state};
 use super::respond::{Described, Json};
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
@@ -191,7 +191,7 @@ impl SearchApi {
         auth: SearchAuth,
         pipeline_id: extract::Path,
         req: &Request,
-        body: JsonBody<SearchBody>,
+        body: extract::FilterBody<SearchBody>,
     ) -> poem::Result<Json<Fragments>> {
         let state = state(req)?;
         let body = body.0;

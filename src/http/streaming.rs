@@ -42,6 +42,25 @@ impl StreamMode {
             }),
         }
     }
+
+    /// [`StreamMode::from_field`] for a `stream` kept as written (in bodies read without a
+    /// nesting limit, where a value is not built into a tree); one nested too deep for a JSON
+    /// value is refused as written.
+    pub fn from_raw(raw: Option<&serde_json::value::RawValue>) -> Result<Self, ApiError> {
+        let Some(raw) = raw else {
+            return Ok(Self::Ndjson);
+        };
+        match serde_json::from_str::<Value>(raw.get()) {
+            Ok(value) => Self::from_field(Some(&value)),
+            Err(_) => Err(ApiError::Plain {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                message: format!(
+                    "Failed to deserialize the JSON body into the target type: stream: expected a boolean or \"sse\", got {}",
+                    raw.get()
+                ),
+            }),
+        }
+    }
 }
 
 /// One NDJSON line or SSE event of an answer event.

@@ -109,7 +109,8 @@ impl From<pipeline_index::Model> for IndexRow {
     }
 }
 
-/// Creates the index row and the expression index, in one transaction.
+/// Creates the index row and the expression index, in one transaction (without statement
+/// timeout for the rest of it).
 pub async fn create(
     db: &Pool,
     id: Uuid,
@@ -126,6 +127,10 @@ pub async fn create(
     }
     .insert(&txn)
     .await?;
+    // Building the index reads every fragment: it may take longer than the session's
+    // statement timeout, which is lifted until the transaction ends.
+    txn.execute_unprepared("SET LOCAL statement_timeout = 0")
+        .await?;
     // The name is rendered from a UUID, the expression comes from `typed_field_expression`:
     // neither can alter the statement.
     let name = index_name(id);

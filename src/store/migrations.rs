@@ -90,11 +90,28 @@ fn checksum(sql: &str) -> Vec<u8> {
 /// Applies every pending migration. Returns how many were applied.
 pub async fn migrate(pool: &PgPool) -> Result<usize, MigrateError> {
     let mut conn = pool.acquire().await?;
+    // Waiting for another instance's migrations and migrating may take longer than the
+    // session's statement timeout: this session has none until it is done.
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let migrated = migrate_on(&mut conn).await;
+    // Back to the session's own value (set when it connected).
+    let reset = sqlx::query("RESET statement_timeout")
+        .execute(&mut *conn)
+        .await;
+    let applied = migrated?;
+    reset?;
+    Ok(applied)
+}
+
+/// [`migrate`] on a connection without statement timeout.
+async fn migrate_on(conn: &mut sqlx::PgConnection) -> Result<usize, MigrateError> {
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(LOCK_KEY)
         .execute(&mut *conn)
         .await?;
-    let result = migrate_locked(&mut conn).await;
+    let result = migrate_locked(conn).await;
     // Unlock even when migrating failed; the connection returns to the pool afterwards.
     let unlock = sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LOCK_KEY)

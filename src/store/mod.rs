@@ -90,6 +90,20 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// Opens a connection pool. Connections are made lazily, so a database that is down at
 /// start is reported per request (`Database connection error`), not by a crash.
 pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Pool, sqlx::Error> {
+    connect_lazy_with_timeout(url, max_connections, Duration::ZERO)
+}
+
+/// [`connect_lazy`] whose sessions cancel any statement that runs longer than
+/// `statement_timeout` (`TROVE_STATEMENT_TIMEOUT`; zero: no limit), a safety net against
+/// statements no index can serve: the statement fails with the database's message
+/// (`canceling statement due to statement timeout`, the interface's 500) and the connection
+/// stays usable. Schema changes that may take long lift it for themselves: migrations
+/// ([`migrations::migrate`]) and metadata index builds ([`indexes::create`]).
+pub fn connect_lazy_with_timeout(
+    url: &str,
+    max_connections: u32,
+    statement_timeout: Duration,
+) -> Result<Pool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
     // Every session searches HNSW indexes with iterative scans and a candidate list of
     // SESSION_EF_SEARCH, so a search needs no transaction of its own to set them (pgvector
@@ -107,6 +121,10 @@ pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Pool, sqlx::Error
         ("hnsw.ef_search", SESSION_EF_SEARCH.to_string()),
         ("max_parallel_workers_per_gather", "0".to_owned()),
         ("jit", "off".to_owned()),
+        (
+            "statement_timeout",
+            format!("{}ms", statement_timeout.as_millis()),
+        ),
     ]);
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
