@@ -14,6 +14,7 @@ mod embedding;
 mod fake_llm;
 mod hostile_input;
 mod ingestion;
+mod large_filters;
 mod license;
 mod lists;
 mod llm_chat;
