@@ -12,6 +12,7 @@ mod core;
 mod documents;
 mod embedding;
 mod fake_llm;
+mod filter_fuzz;
 mod hostile_input;
 mod ingestion;
 mod large_filters;
