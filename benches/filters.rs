@@ -1,0 +1,280 @@
+//! Metadata filters as large as a request body holds (2 MB), through HTTP: starts Trove in
+//! this process against the test Postgres and NATS, creates a pipeline (`hash` model, schema
+//! `{year: integer, name: string}`), ingests N one-fragment documents with the service's
+//! worker, then times `POST /pipelines/{id}/search` (similarity, k 5) with filters of each
+//! shape, each just under 2 MB:
+//!
+//! - `$not` nested 230,000 deep, `$and` nested 140,000 deep (an empty map beside each);
+//! - one `$in` of about 270,000 integers, one `$not-in` of about 200,000 strings;
+//! - an `$or` and an `$and` of 60,000 comparisons each (a statement binds at most 65,535 values);
+//! - `$and` and `$or` alternating 1,000 deep (beyond a few thousand the database's parser
+//!   refuses the expression).
+//!
+//! Each filter is sent `--runs` times (5) after one warm-up; the median is printed with the
+//! body size and the result count.
+//!
+//! Run: `TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo bench --bench filters --
+//! [--docs=5000] [--runs=5]`.
+
+#![expect(
+    clippy::expect_used,
+    clippy::cast_precision_loss,
+    reason = "a load tool: failures abort the run"
+)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use trove::config::{Config, QueueNames};
+use trove::startup::Application;
+use uuid::Uuid;
+
+const SECRET: &str = "BenchBenchBenchBenchBenchBenchBenchBenchBench+/0";
+
+fn option(name: &str, default: usize) -> usize {
+    std::env::args()
+        .find_map(|arg| {
+            arg.strip_prefix(&format!("--{name}="))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(default)
+}
+
+fn url_with_db(admin: &str, db: &str) -> String {
+    let (base, query) = admin
+        .split_once('?')
+        .map_or((admin, None), |(b, q)| (b, Some(q)));
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    match query {
+        Some(q) => format!("{root}/{db}?{q}"),
+        None => format!("{root}/{db}"),
+    }
+}
+
+struct Http {
+    client: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Http {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{path}", self.base))
+            .header("x-api-key", &self.key)
+            .header("x-api-key-secret", SECRET)
+    }
+
+    async fn json(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("http");
+        let status = response.status();
+        let value: Value = response.json().await.expect("json body");
+        assert!(status.is_success(), "{path}: {status} {value}");
+        value
+    }
+
+    /// One search with a body given as text; the time and the number of results.
+    async fn search(&self, path: &str, body: &str) -> (Duration, usize) {
+        let started = Instant::now();
+        let response = self
+            .request(reqwest::Method::POST, path)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("search");
+        let status = response.status();
+        let text = response.text().await.expect("search body");
+        let elapsed = started.elapsed();
+        assert!(status.is_success(), "search: {status} {text:.300}");
+        let hits: Vec<Value> = serde_json::from_str(&text).expect("search json");
+        (elapsed, hits.len())
+    }
+}
+
+/// The filters measured, as `(name, JSON text)`, each under 2 MB inside the body.
+fn filters() -> Vec<(&'static str, String)> {
+    let recent = r#"{"year":{"$gt":2010}}"#;
+    let nots = format!(
+        "{}{recent}{}",
+        r#"{"$not":"#.repeat(230_000),
+        "}".repeat(230_000)
+    );
+    let ands = format!(
+        "{}{recent}{}",
+        r#"{"$and":[{},"#.repeat(140_000),
+        "]}".repeat(140_000)
+    );
+    let years: Vec<i64> = (0..270_000).map(|n| 1_000 + n).collect();
+    let in_list = json!({"year": {"$in": years}}).to_string();
+    let names: Vec<String> = (0..200_000).map(|n| format!("{n:x}")).collect();
+    let not_in = json!({"name": {"$not-in": names}}).to_string();
+    // Many conditions on the schema's field, in an `$or` and in an `$and`.
+    let parts: Vec<Value> = (0..60_000)
+        .map(|n| json!({"year": {"$eq": 1_000 + n}}))
+        .collect();
+    let or_conditions = json!({"$or": parts}).to_string();
+    let parts: Vec<Value> = (0..60_000).map(|n| json!({"year": {"$neq": n}})).collect();
+    let and_conditions = json!({"$and": parts}).to_string();
+    let mut alternating = recent.to_owned();
+    for level in 0..1_000 {
+        alternating = if level % 2 == 0 {
+            format!(r#"{{"$and":[{{"year":{{"$ge":0}}}},{alternating}]}}"#)
+        } else {
+            format!(r#"{{"$or":[{{"year":{{"$lt":0}}}},{alternating}]}}"#)
+        };
+    }
+    vec![
+        ("$not 230,000 deep", nots),
+        ("$and 140,000 deep", ands),
+        ("$in of 270,000 integers", in_list),
+        ("$not-in of 200,000 strings", not_in),
+        ("$or of 60,000 comparisons", or_conditions),
+        ("$and of 60,000 comparisons", and_conditions),
+        ("$and/$or alternating 1,000 deep", alternating),
+    ]
+}
+
+#[tokio::main]
+async fn main() {
+    let docs = option("docs", 5_000);
+    let runs = option("runs", 5).max(1);
+    let admin = std::env::var("TROVE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned());
+    let nats = std::env::var("TROVE_TEST_NATS_URL")
+        .unwrap_or_else(|_| "nats://127.0.0.1:54222".to_owned());
+    let database = format!("trove_bench_filters_{}", Uuid::new_v4().simple());
+    let mut admin_conn = PgConnection::connect(&admin).await.expect("postgres");
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin_conn)
+        .await
+        .expect("create database");
+    let master = Uuid::new_v4();
+    let env: HashMap<&str, String> = HashMap::from([
+        ("TROVE_DATABASE_URL", url_with_db(&admin, &database)),
+        ("TROVE_NATS_URL", nats.clone()),
+        ("TROVE_LISTEN", "127.0.0.1:0".to_owned()),
+        ("TROVE_MASTER_KEY_ID", master.to_string()),
+        ("TROVE_MASTER_KEY_SECRET", SECRET.to_owned()),
+        (
+            "TROVE_SECRET",
+            "YmVuY2hiZW5jaGJlbmNoYmVuY2hiZW5jaGJlbmNoYmU=".to_owned(),
+        ),
+        ("TROVE_WORKER", "false".to_owned()),
+        ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
+        ("TROVE_LOG", "warn".to_owned()),
+    ]);
+    let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("config");
+    let tag = Uuid::new_v4().simple().to_string();
+    config.queue = QueueNames {
+        stream: format!("BENCH_{tag}"),
+        subject_prefix: format!("bench.{tag}"),
+        consumer: format!("bench-{tag}"),
+        ..QueueNames::default()
+    };
+    let app = Application::build(config).await.expect("trove starts");
+    let state = app.state().clone();
+    let http = Http {
+        client: reqwest::Client::new(),
+        base: format!("http://{}", app.local_addr()),
+        key: master.to_string(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+
+    let model = http
+        .json(reqwest::Method::GET, "/embedding-models?name=default", None)
+        .await["data"][0]["id"]
+        .clone();
+    let splitter = http
+        .json(
+            reqwest::Method::GET,
+            "/text-splitters?name=recursive-character",
+            None,
+        )
+        .await["data"][0]["id"]
+        .clone();
+    let pipeline = http
+        .json(
+            reqwest::Method::POST,
+            "/pipelines",
+            Some(json!({
+                "name": "bench-filters", "embedding_model_id": model,
+                "default_text_splitter_id": splitter, "classifications": ["public"],
+                "metadata_schema": {"type": "object", "properties": {
+                    "year": {"type": "integer"}, "name": {"type": "string"}}},
+            })),
+        )
+        .await;
+    let pid = pipeline["id"].as_str().expect("pipeline id").to_owned();
+    let started = Instant::now();
+    for chunk in (0..docs).collect::<Vec<_>>().chunks(1_000) {
+        let documents: Vec<Value> = chunk
+            .iter()
+            .map(|n| {
+                json!({"external_identifier": format!("doc-{n}"), "classification": "public",
+                       "text": format!("Document {n} about topic {} and year {}.", n % 97, 2000 + n % 25),
+                       "metadata": {"year": 2000 + n % 25, "name": format!("{:x}", n * 7)}})
+            })
+            .collect();
+        http.json(
+            reqwest::Method::POST,
+            &format!("/pipelines/{pid}/documents/batch"),
+            Some(json!({"documents": documents})),
+        )
+        .await;
+    }
+    let worker = trove::startup::build_worker(&state).await.expect("worker");
+    let mut stored = 0;
+    while stored < docs {
+        let outcome = worker
+            .step(Duration::from_millis(500))
+            .await
+            .expect("worker step");
+        stored += outcome.stored;
+    }
+    eprintln!("{docs} documents ingested in {:.1?}", started.elapsed());
+
+    let path = format!("/pipelines/{pid}/search");
+    println!("filter | body | results | median of {runs} | min | max");
+    for (name, filter) in filters() {
+        let body = format!(
+            r#"{{"query":"document about a topic","type":"similarity","classification":"public","params":{{"k":5}},"filters":{filter}}}"#
+        );
+        assert!(
+            body.len() <= 2 * 1024 * 1024,
+            "{name}: {} bytes",
+            body.len()
+        );
+        let (_, results) = http.search(&path, &body).await;
+        let mut times: Vec<Duration> = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            times.push(http.search(&path, &body).await.0);
+        }
+        times.sort();
+        println!(
+            "{name} | {:.2} MB | {results} | {:.0} ms | {:.0} ms | {:.0} ms",
+            body.len() as f64 / 1_048_576.0,
+            times[runs / 2].as_secs_f64() * 1_000.0,
+            times[0].as_secs_f64() * 1_000.0,
+            times[runs - 1].as_secs_f64() * 1_000.0,
+        );
+    }
+
+    let _ = stop.send(());
+    let _ = server.await;
+    drop(state);
+    let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+    )))
+    .execute(&mut admin_conn)
+    .await;
+}
