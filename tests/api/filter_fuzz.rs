@@ -392,10 +392,10 @@ async fn filters_never_fail_outside_the_interface() {
             Err(false) => 1,
             Err(true) => 2,
         }] += 1;
-        if n % http_every == 0 {
+        if n.is_multiple_of(http_every) {
             requests += 1;
             // The document list's URL holds about 64 KB.
-            let as_search = (n / http_every) % 2 == 0 || text.len() > 16_000;
+            let as_search = (n / http_every).is_multiple_of(2) || text.len() > 16_000;
             // `"filters": null` is no filter at all.
             let expected = if as_search && text == "null" {
                 Ok(())
