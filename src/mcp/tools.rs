@@ -55,195 +55,240 @@ fn tool(
 /// The tools, alphabetically (one page).
 pub fn definitions() -> Vec<Tool> {
     vec![
-        tool(
-            GET_PIPELINE_CLASSIFICATIONS,
-            "List the classifications of a pipeline and their inheritance hierarchy (pairs of \
-             classification and inherited classification). Requires read permission on the \
-             pipeline and the classification allow-list `*`.",
-            json!({
-                "$schema": DRAFT_2020_12,
-                "type": "object",
-                "properties": {
-                    "pipeline_id": {
-                        "type": "string",
-                        "format": "uuid",
-                        "description": "Identifier of the pipeline.",
-                    },
-                },
-                "required": ["pipeline_id"],
-            }),
-            json!({
-                "$schema": DRAFT_2020_12,
-                "type": "object",
-                "properties": {
-                    "classifications": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "description": "Classification names of the pipeline.",
-                    },
-                    "hierarchy": {
-                        "type": "array",
-                        "items": {
-                            "type": "array",
-                            "prefixItems": [{"type": "string"}, {"type": "string"}],
-                            "items": false,
-                            "minItems": 2,
-                            "maxItems": 2,
-                        },
-                        "description": "Pairs [classification, inherited classification].",
-                    },
-                },
-                "required": ["classifications", "hierarchy"],
-            }),
-            true,
-        ),
-        tool(
-            GET_PIPELINES,
-            "List the pipelines the key can read, ordered by pipeline id. `query` keeps \
-             pipelines whose name contains it (case-sensitive; `%` and `_` act as wildcards). \
-             Page with `limit` (default 10) and `offset` (default 0): the next page starts at \
-             `offset + limit`; a page shorter than `limit` is the last one. \
-             `embedding_model_id` in the output is the pipeline's vector embedding identifier, \
-             not an embedding model id accepted by `search_knowledge`.",
-            json!({
-                "$schema": DRAFT_2020_12,
-                "type": "object",
-                "properties": {
-                    "limit": {
-                        "type": ["integer", "null"],
-                        "minimum": 0,
-                        "default": DEFAULT_PIPELINE_LIMIT,
-                        "description": "Pipelines to return (0 returns none).",
-                    },
-                    "offset": {
-                        "type": ["integer", "null"],
-                        "minimum": 0,
-                        "default": 0,
-                        "description": "Pipelines to skip.",
-                    },
-                    "query": {
-                        "type": ["string", "null"],
-                        "description": "Substring of the pipeline name (case-sensitive; `%` and `_` are wildcards).",
-                    },
-                },
-            }),
-            json!({
-                "$schema": DRAFT_2020_12,
-                "type": "object",
-                "properties": {
-                    "results": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "default_text_splitter_id": {"type": "string", "format": "uuid"},
-                                "description": {"type": ["string", "null"]},
-                                "embedding_model_id": {
-                                    "type": ["string", "null"],
-                                    "format": "uuid",
-                                    "description": "The vector embedding identifier of the pipeline.",
-                                },
-                                "name": {"type": "string"},
-                                "pipeline_id": {"type": "string", "format": "uuid"},
-                            },
-                            "required": [
-                                "default_text_splitter_id",
-                                "description",
-                                "embedding_model_id",
-                                "name",
-                                "pipeline_id",
-                            ],
-                        },
-                    },
-                },
-                "required": ["results"],
-            }),
-            false,
-        ),
-        tool(
-            SEARCH_KNOWLEDGE,
-            "Search the fragments of a pipeline's documents. `type`: `similarity` (vector \
-             distance), `mmr` (maximal marginal relevance) or `search` (full-text). \
-             `classifications` names the classifications the reader holds (hierarchical \
-             matching; an empty list returns nothing). `embedding_model_id` defaults to the \
-             pipeline's embedding model. `params`: `k` (default 5), `fetch_k` (MMR candidates, \
-             default 10), `lambda_mult` (MMR, default 0.5), `threshold`; when `params` is given, \
-             an omitted `k` or `fetch_k` is 0. Distances are cosine. Requires read and execute \
-             permission on the pipeline.",
-            json!({
-                "$schema": DRAFT_2020_12,
-                "type": "object",
-                "properties": {
-                    "pipeline_id": {
-                        "type": "string",
-                        "format": "uuid",
-                        "description": "Identifier of the pipeline.",
-                    },
-                    "query": {"type": "string", "description": "Search text."},
-                    "classifications": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "description": "Classifications of the reader (hierarchical matching).",
-                    },
-                    "type": {
-                        "type": "string",
-                        "enum": ["similarity", "mmr", "search", "query", "hybrid", "history"],
-                        "description": "Search type: `similarity`, `mmr` or `search` (full-text).",
-                    },
-                    "embedding_model_id": {
-                        "type": ["string", "null"],
-                        "format": "uuid",
-                        "description": "Id of an embedding model of the pipeline (default: the pipeline's).",
-                    },
-                    "params": {
-                        "type": ["object", "null"],
-                        "properties": {
-                            "k": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
-                            "fetch_k": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
-                            "lambda_mult": {"type": ["number", "null"]},
-                            "threshold": {"type": ["number", "null"]},
-                            "embedding": {"description": "Accepted and ignored."},
-                        },
-                    },
-                },
-                "required": ["pipeline_id", "query", "classifications", "type"],
-            }),
-            json!({
-                "$schema": DRAFT_2020_12,
-                "type": "object",
-                "properties": {
-                    "results": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "classification": {"type": "string"},
-                                "document_id": {"type": "string", "format": "uuid"},
-                                "embedding": {"type": ["array", "null"], "items": {"type": "number"}},
-                                "expired_at": {"type": ["string", "null"]},
-                                "id": {"type": "string", "format": "uuid"},
-                                "metadata": {"type": "object"},
-                                "order_id": {"type": "integer"},
-                                "page_content": {"type": "string"},
-                                "score": {"type": ["number", "null"]},
-                                "version": {"type": "integer"},
-                            },
-                            "required": [
-                                "classification",
-                                "document_id",
-                                "id",
-                                "metadata",
-                                "order_id",
-                                "version",
-                            ],
-                        },
-                    },
-                },
-                "required": ["results"],
-            }),
-            true,
-        ),
+        get_pipeline_classifications_tool(),
+        get_pipelines_tool(),
+        search_knowledge_tool(),
     ]
+}
+
+/// The input schema of `get_pipeline_classifications`.
+fn get_pipeline_classifications_input() -> Value {
+    json!({
+        "$schema": DRAFT_2020_12,
+        "type": "object",
+        "properties": {
+            "pipeline_id": {
+                "type": "string",
+                "format": "uuid",
+                "description": "Identifier of the pipeline.",
+            },
+        },
+        "required": ["pipeline_id"],
+    })
+}
+
+/// The output schema of `get_pipeline_classifications`.
+fn get_pipeline_classifications_output() -> Value {
+    json!({
+        "$schema": DRAFT_2020_12,
+        "type": "object",
+        "properties": {
+            "classifications": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Classification names of the pipeline.",
+            },
+            "hierarchy": {
+                "type": "array",
+                "items": {
+                    "type": "array",
+                    "prefixItems": [{"type": "string"}, {"type": "string"}],
+                    "items": false,
+                    "minItems": 2,
+                    "maxItems": 2,
+                },
+                "description": "Pairs [classification, inherited classification].",
+            },
+        },
+        "required": ["classifications", "hierarchy"],
+    })
+}
+
+/// `get_pipeline_classifications`: a pipeline's classifications and hierarchy.
+fn get_pipeline_classifications_tool() -> Tool {
+    tool(
+        GET_PIPELINE_CLASSIFICATIONS,
+        "List the classifications of a pipeline and their inheritance hierarchy (pairs of \
+         classification and inherited classification). Requires read permission on the \
+         pipeline and the classification allow-list `*`.",
+        get_pipeline_classifications_input(),
+        get_pipeline_classifications_output(),
+        true,
+    )
+}
+
+/// The input schema of `get_pipelines`.
+fn get_pipelines_input() -> Value {
+    json!({
+        "$schema": DRAFT_2020_12,
+        "type": "object",
+        "properties": {
+            "limit": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "default": DEFAULT_PIPELINE_LIMIT,
+                "description": "Pipelines to return (0 returns none).",
+            },
+            "offset": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "default": 0,
+                "description": "Pipelines to skip.",
+            },
+            "query": {
+                "type": ["string", "null"],
+                "description": "Substring of the pipeline name (case-sensitive; `%` and `_` are wildcards).",
+            },
+        },
+    })
+}
+
+/// The output schema of `get_pipelines`.
+fn get_pipelines_output() -> Value {
+    json!({
+        "$schema": DRAFT_2020_12,
+        "type": "object",
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "default_text_splitter_id": {"type": "string", "format": "uuid"},
+                        "description": {"type": ["string", "null"]},
+                        "embedding_model_id": {
+                            "type": ["string", "null"],
+                            "format": "uuid",
+                            "description": "The vector embedding identifier of the pipeline.",
+                        },
+                        "name": {"type": "string"},
+                        "pipeline_id": {"type": "string", "format": "uuid"},
+                    },
+                    "required": [
+                        "default_text_splitter_id",
+                        "description",
+                        "embedding_model_id",
+                        "name",
+                        "pipeline_id",
+                    ],
+                },
+            },
+        },
+        "required": ["results"],
+    })
+}
+
+/// `get_pipelines`: the readable pipelines, a page at a time.
+fn get_pipelines_tool() -> Tool {
+    tool(
+        GET_PIPELINES,
+        "List the pipelines the key can read, ordered by pipeline id. `query` keeps \
+         pipelines whose name contains it (case-sensitive; `%` and `_` act as wildcards). \
+         Page with `limit` (default 10) and `offset` (default 0): the next page starts at \
+         `offset + limit`; a page shorter than `limit` is the last one. \
+         `embedding_model_id` in the output is the pipeline's vector embedding identifier, \
+         not an embedding model id accepted by `search_knowledge`.",
+        get_pipelines_input(),
+        get_pipelines_output(),
+        false,
+    )
+}
+
+/// The input schema of `search_knowledge`.
+fn search_knowledge_input() -> Value {
+    json!({
+        "$schema": DRAFT_2020_12,
+        "type": "object",
+        "properties": {
+            "pipeline_id": {
+                "type": "string",
+                "format": "uuid",
+                "description": "Identifier of the pipeline.",
+            },
+            "query": {"type": "string", "description": "Search text."},
+            "classifications": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Classifications of the reader (hierarchical matching).",
+            },
+            "type": {
+                "type": "string",
+                "enum": ["similarity", "mmr", "search", "query", "hybrid", "history"],
+                "description": "Search type: `similarity`, `mmr` or `search` (full-text).",
+            },
+            "embedding_model_id": {
+                "type": ["string", "null"],
+                "format": "uuid",
+                "description": "Id of an embedding model of the pipeline (default: the pipeline's).",
+            },
+            "params": {
+                "type": ["object", "null"],
+                "properties": {
+                    "k": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+                    "fetch_k": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+                    "lambda_mult": {"type": ["number", "null"]},
+                    "threshold": {"type": ["number", "null"]},
+                    "embedding": {"description": "Accepted and ignored."},
+                },
+            },
+        },
+        "required": ["pipeline_id", "query", "classifications", "type"],
+    })
+}
+
+/// The output schema of `search_knowledge`.
+fn search_knowledge_output() -> Value {
+    json!({
+        "$schema": DRAFT_2020_12,
+        "type": "object",
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "classification": {"type": "string"},
+                        "document_id": {"type": "string", "format": "uuid"},
+                        "embedding": {"type": ["array", "null"], "items": {"type": "number"}},
+                        "expired_at": {"type": ["string", "null"]},
+                        "id": {"type": "string", "format": "uuid"},
+                        "metadata": {"type": "object"},
+                        "order_id": {"type": "integer"},
+                        "page_content": {"type": "string"},
+                        "score": {"type": ["number", "null"]},
+                        "version": {"type": "integer"},
+                    },
+                    "required": [
+                        "classification",
+                        "document_id",
+                        "id",
+                        "metadata",
+                        "order_id",
+                        "version",
+                    ],
+                },
+            },
+        },
+        "required": ["results"],
+    })
+}
+
+/// `search_knowledge`: a similarity, MMR or full-text search of a pipeline.
+fn search_knowledge_tool() -> Tool {
+    tool(
+        SEARCH_KNOWLEDGE,
+        "Search the fragments of a pipeline's documents. `type`: `similarity` (vector \
+         distance), `mmr` (maximal marginal relevance) or `search` (full-text). \
+         `classifications` names the classifications the reader holds (hierarchical \
+         matching; an empty list returns nothing). `embedding_model_id` defaults to the \
+         pipeline's embedding model. `params`: `k` (default 5), `fetch_k` (MMR candidates, \
+         default 10), `lambda_mult` (MMR, default 0.5), `threshold`; when `params` is given, \
+         an omitted `k` or `fetch_k` is 0. Distances are cosine. Requires read and execute \
+         permission on the pipeline.",
+        search_knowledge_input(),
+        search_knowledge_output(),
+        true,
+    )
 }
 
 /// How a tool call ends: a result (possibly `isError` for argument errors) or a JSON-RPC
