@@ -195,44 +195,8 @@ impl Config {
             get("TROVE_DATABASE_URL").ok_or_else(|| err("TROVE_DATABASE_URL", "required"))?;
         let nats_url = get("TROVE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
         let listen = parse_addr("TROVE_LISTEN", get("TROVE_LISTEN"), "127.0.0.1:8080")?;
-
-        let master_key = match (get("TROVE_MASTER_KEY_ID"), get("TROVE_MASTER_KEY_SECRET")) {
-            (None, None) => None,
-            (Some(id), Some(secret)) => {
-                let id =
-                    Uuid::parse_str(&id).map_err(|e| err("TROVE_MASTER_KEY_ID", e.to_string()))?;
-                if !is_valid_key_secret(&secret) {
-                    return Err(err(
-                        "TROVE_MASTER_KEY_SECRET",
-                        "must be 48 characters of A-Z a-z 0-9 + /",
-                    ));
-                }
-                Some(MasterKey {
-                    id,
-                    secret: Secret::new(secret),
-                })
-            }
-            (None, Some(_)) => {
-                return Err(err(
-                    "TROVE_MASTER_KEY_ID",
-                    "required with TROVE_MASTER_KEY_SECRET",
-                ));
-            }
-            (Some(_), None) => {
-                return Err(err(
-                    "TROVE_MASTER_KEY_SECRET",
-                    "required with TROVE_MASTER_KEY_ID",
-                ));
-            }
-        };
-
-        let secret = get("TROVE_SECRET").ok_or_else(|| err("TROVE_SECRET", "required"))?;
-        let secret = base64::engine::general_purpose::STANDARD
-            .decode(secret.trim())
-            .map_err(|_| err("TROVE_SECRET", "must be base64"))?;
-        let secret: [u8; 32] = secret
-            .try_into()
-            .map_err(|_| err("TROVE_SECRET", "must be base64 of exactly 32 bytes"))?;
+        let master_key = master_key_from(&get)?;
+        let secret = secret_from(&get)?;
 
         let license = match get("TROVE_LICENSE") {
             None => License::unlimited(),
@@ -254,57 +218,10 @@ impl Config {
                 "0.0.0.0:9090",
             )?),
         };
-        let hnsw = {
-            let number = |variable: &'static str, default: u32| match get(variable) {
-                None => Ok(default),
-                Some(value) => value
-                    .trim()
-                    .parse::<u32>()
-                    .map_err(|_| err(variable, format!("expected a whole number, got {value:?}"))),
-            };
-            let m = number("TROVE_HNSW_M", HnswParams::DEFAULT.m())?;
-            HnswParams::check_m(m).map_err(|reason| err("TROVE_HNSW_M", reason))?;
-            let ef_construction = number(
-                "TROVE_HNSW_EF_CONSTRUCTION",
-                HnswParams::DEFAULT.ef_construction(),
-            )?;
-            HnswParams::new(m, ef_construction)
-                .map_err(|reason| err("TROVE_HNSW_EF_CONSTRUCTION", reason))?
-        };
-        let seconds = |variable: &'static str, default: f64| match get(variable) {
-            None => Ok(Duration::from_secs_f64(default)),
-            Some(value) => value
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    err(
-                        variable,
-                        format!("expected seconds (more than 0, at most 86400), got {value:?}"),
-                    )
-                }),
-        };
-        let llm_connect_timeout = seconds("TROVE_LLM_CONNECT_TIMEOUT", 10.0)?;
-        let ack_wait = seconds("TROVE_QUEUE_ACK_WAIT", DEFAULT_ACK_WAIT.as_secs_f64())?;
-        if ack_wait < Duration::from_secs(1) || ack_wait > Duration::from_secs(3600) {
-            return Err(err(
-                "TROVE_QUEUE_ACK_WAIT",
-                "expected seconds from 1 to 3600",
-            ));
-        }
-        let republish_after = seconds(
-            "TROVE_PENDING_REPUBLISH_AFTER",
-            DEFAULT_REPUBLISH_AFTER.as_secs_f64(),
-        )?;
-        if republish_after < Duration::from_secs(1) || republish_after > Duration::from_secs(3600) {
-            return Err(err(
-                "TROVE_PENDING_REPUBLISH_AFTER",
-                "expected seconds from 1 to 3600",
-            ));
-        }
-        let llm_read_timeout = seconds("TROVE_LLM_READ_TIMEOUT", 120.0)?;
+        let hnsw = hnsw_from(&get)?;
+        let llm_connect_timeout = seconds(&get, "TROVE_LLM_CONNECT_TIMEOUT", 10.0)?;
+        let (ack_wait, republish_after) = queue_timings_from(&get)?;
+        let llm_read_timeout = seconds(&get, "TROVE_LLM_READ_TIMEOUT", 120.0)?;
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -325,31 +242,10 @@ impl Config {
                 "127.0.0.1:50051",
             )?,
             run_worker,
-            worker_concurrency: match get("TROVE_WORKER_CONCURRENCY") {
-                None => 2,
-                Some(value) => value
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .ok_or_else(|| {
-                        err(
-                            "TROVE_WORKER_CONCURRENCY",
-                            format!("expected a number from 1 to 64, got {value:?}"),
-                        )
-                    })?,
-            },
+            worker_concurrency: worker_concurrency_from(&get)?,
             worker_metrics_listen,
             models_dir: get("TROVE_MODELS_DIR").map(PathBuf::from),
-            embed_threads: match get("TROVE_EMBED_THREADS") {
-                None => 0,
-                Some(value) => value.trim().parse().map_err(|_| {
-                    err(
-                        "TROVE_EMBED_THREADS",
-                        format!("expected a number of threads (0: one per core), got {value:?}"),
-                    )
-                })?,
-            },
+            embed_threads: embed_threads_from(&get)?,
             log_filter: get("TROVE_LOG").unwrap_or_else(|| "info".to_owned()),
             log_format,
             queue: QueueNames {
@@ -362,6 +258,145 @@ impl Config {
             llm_read_timeout,
             statement_timeout: statement_timeout(get("TROVE_STATEMENT_TIMEOUT"))?,
         })
+    }
+}
+
+/// A lookup of non-empty environment values, as `Config::from_lookup` reads them.
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// `TROVE_MASTER_KEY_ID` and `TROVE_MASTER_KEY_SECRET`: both or neither.
+fn master_key_from(get: Lookup<'_>) -> Result<Option<MasterKey>, ConfigError> {
+    let master_key = match (get("TROVE_MASTER_KEY_ID"), get("TROVE_MASTER_KEY_SECRET")) {
+        (None, None) => None,
+        (Some(id), Some(secret)) => {
+            let id = Uuid::parse_str(&id).map_err(|e| err("TROVE_MASTER_KEY_ID", e.to_string()))?;
+            if !is_valid_key_secret(&secret) {
+                return Err(err(
+                    "TROVE_MASTER_KEY_SECRET",
+                    "must be 48 characters of A-Z a-z 0-9 + /",
+                ));
+            }
+            Some(MasterKey {
+                id,
+                secret: Secret::new(secret),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "TROVE_MASTER_KEY_ID",
+                "required with TROVE_MASTER_KEY_SECRET",
+            ));
+        }
+        (Some(_), None) => {
+            return Err(err(
+                "TROVE_MASTER_KEY_SECRET",
+                "required with TROVE_MASTER_KEY_ID",
+            ));
+        }
+    };
+    Ok(master_key)
+}
+
+/// `TROVE_SECRET`: base64 of the 32-byte key for data at rest.
+fn secret_from(get: Lookup<'_>) -> Result<[u8; 32], ConfigError> {
+    let secret = get("TROVE_SECRET").ok_or_else(|| err("TROVE_SECRET", "required"))?;
+    let secret = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim())
+        .map_err(|_| err("TROVE_SECRET", "must be base64"))?;
+    let secret: [u8; 32] = secret
+        .try_into()
+        .map_err(|_| err("TROVE_SECRET", "must be base64 of exactly 32 bytes"))?;
+    Ok(secret)
+}
+
+/// `TROVE_HNSW_M` and `TROVE_HNSW_EF_CONSTRUCTION`, within pgvector's bounds.
+fn hnsw_from(get: Lookup<'_>) -> Result<HnswParams, ConfigError> {
+    let number = |variable: &'static str, default: u32| match get(variable) {
+        None => Ok(default),
+        Some(value) => value
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| err(variable, format!("expected a whole number, got {value:?}"))),
+    };
+    let m = number("TROVE_HNSW_M", HnswParams::DEFAULT.m())?;
+    HnswParams::check_m(m).map_err(|reason| err("TROVE_HNSW_M", reason))?;
+    let ef_construction = number(
+        "TROVE_HNSW_EF_CONSTRUCTION",
+        HnswParams::DEFAULT.ef_construction(),
+    )?;
+    HnswParams::new(m, ef_construction).map_err(|reason| err("TROVE_HNSW_EF_CONSTRUCTION", reason))
+}
+
+/// A duration in seconds (more than 0, at most a day), `default` when unset.
+fn seconds(get: Lookup<'_>, variable: &'static str, default: f64) -> Result<Duration, ConfigError> {
+    match get(variable) {
+        None => Ok(Duration::from_secs_f64(default)),
+        Some(value) => value
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                err(
+                    variable,
+                    format!("expected seconds (more than 0, at most 86400), got {value:?}"),
+                )
+            }),
+    }
+}
+
+/// `TROVE_QUEUE_ACK_WAIT` and `TROVE_PENDING_REPUBLISH_AFTER`, each from 1 to 3600 seconds.
+fn queue_timings_from(get: Lookup<'_>) -> Result<(Duration, Duration), ConfigError> {
+    let ack_wait = seconds(get, "TROVE_QUEUE_ACK_WAIT", DEFAULT_ACK_WAIT.as_secs_f64())?;
+    if ack_wait < Duration::from_secs(1) || ack_wait > Duration::from_secs(3600) {
+        return Err(err(
+            "TROVE_QUEUE_ACK_WAIT",
+            "expected seconds from 1 to 3600",
+        ));
+    }
+    let republish_after = seconds(
+        get,
+        "TROVE_PENDING_REPUBLISH_AFTER",
+        DEFAULT_REPUBLISH_AFTER.as_secs_f64(),
+    )?;
+    if republish_after < Duration::from_secs(1) || republish_after > Duration::from_secs(3600) {
+        return Err(err(
+            "TROVE_PENDING_REPUBLISH_AFTER",
+            "expected seconds from 1 to 3600",
+        ));
+    }
+    Ok((ack_wait, republish_after))
+}
+
+/// `TROVE_WORKER_CONCURRENCY`: 1 to 64, default 2.
+fn worker_concurrency_from(get: Lookup<'_>) -> Result<usize, ConfigError> {
+    match get("TROVE_WORKER_CONCURRENCY") {
+        None => Ok(2),
+        Some(value) => value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| (1..=64).contains(n))
+            .ok_or_else(|| {
+                err(
+                    "TROVE_WORKER_CONCURRENCY",
+                    format!("expected a number from 1 to 64, got {value:?}"),
+                )
+            }),
+    }
+}
+
+/// `TROVE_EMBED_THREADS`: threads of each local model, 0 (default) for one per core.
+fn embed_threads_from(get: Lookup<'_>) -> Result<usize, ConfigError> {
+    match get("TROVE_EMBED_THREADS") {
+        None => Ok(0),
+        Some(value) => value.trim().parse().map_err(|_| {
+            err(
+                "TROVE_EMBED_THREADS",
+                format!("expected a number of threads (0: one per core), got {value:?}"),
+            )
+        }),
     }
 }
 
