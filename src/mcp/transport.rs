@@ -220,78 +220,107 @@ fn fix_complete_body(method: &Method, status: StatusCode, body: Vec<u8>) -> (Sta
     (status, text.into_bytes())
 }
 
-impl Endpoint for McpEndpoint {
-    type Output = Response;
+/// Step 1: the `Host` (403, or 400 when unreadable) and method (405) checks, before the key
+/// check; `None` when the request passes both.
+fn refuse_host_or_method(req: &Request) -> Option<Response> {
+    match request_host(req) {
+        Ok(host) if ALLOWED_HOSTS.contains(&host.as_str()) => {}
+        Ok(_) => {
+            return Some(plain(
+                StatusCode::FORBIDDEN,
+                "Forbidden: Host header is not allowed",
+            ));
+        }
+        Err(text) => return Some(plain(StatusCode::BAD_REQUEST, text)),
+    }
+    if !matches!(*req.method(), Method::GET | Method::POST | Method::DELETE) {
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        return Some(response);
+    }
+    None
+}
 
-    async fn call(&self, mut req: Request) -> poem::Result<Response> {
-        // 1. Host, then method: before the key check.
-        match request_host(&req) {
-            Ok(host) if ALLOWED_HOSTS.contains(&host.as_str()) => {}
-            Ok(_) => {
-                return Ok(plain(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden: Host header is not allowed",
-                ));
+/// Step 4: buffers a POST body (bounded) and puts it back; whether it is an `initialize`
+/// naming 2026-07-28. Other methods get an empty body. `Err` is the 400 of an unreadable body.
+async fn buffer_body(req: &mut Request) -> Result<bool, Response> {
+    if req.method() != Method::POST {
+        req.set_body(Body::empty());
+        return Ok(false);
+    }
+    let body = match read_limited(req.take_body(), MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(error) => {
+            return Err(Response::builder()
+                .status(StatusCode::BAD_REQUEST)
+                .content_type("text/plain; charset=utf-8")
+                .body(format!("Failed to read request body: {error}")));
+        }
+    };
+    let echo_2026 = initialize_2026(&body);
+    req.set_body(Body::from_vec(body));
+    Ok(echo_2026)
+}
+
+/// An rmcp event stream, with the `initialize` answer's negotiated 2025-11-25 rewritten to
+/// 2026-07-28 when the request named that revision (`echo_2026`).
+fn stream_body<B>(body: B, echo_2026: bool) -> Body
+where
+    B: HttpBody<Data = Bytes, Error = Infallible> + Send + Unpin + 'static,
+{
+    let stream = frames(body);
+    if !echo_2026 {
+        return Body::from_bytes_stream(stream);
+    }
+    let mut rewritten = false;
+    Body::from_bytes_stream(stream.map(move |chunk| {
+        chunk.map(|data| {
+            if rewritten {
+                return data;
             }
-            Err(text) => return Ok(plain(StatusCode::BAD_REQUEST, text)),
-        }
-        let method = req.method().clone();
-        if !matches!(method, Method::GET | Method::POST | Method::DELETE) {
-            let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-            return Ok(response);
-        }
+            match std::str::from_utf8(&data) {
+                Ok(text) if text.contains("\"protocolVersion\":\"2025-11-25\"") => {
+                    rewritten = true;
+                    Bytes::from(text.replacen(
+                        "\"protocolVersion\":\"2025-11-25\"",
+                        "\"protocolVersion\":\"2026-07-28\"",
+                        1,
+                    ))
+                }
+                _ => data,
+            }
+        })
+    }))
+}
 
-        // 2. The key, as REST checks it.
-        let auth = match authenticate(
-            &self.state.pool,
-            req.headers(),
-            &self.state.metrics.key_check_unavailable,
-        )
-        .await
-        {
-            Ok(auth) => auth,
-            Err(error) => return Ok(crate::http::respond::error_response(&error)),
+impl McpEndpoint {
+    /// Step 3: whether the request ends a session (of a revision with sessions) that does
+    /// not exist, which rmcp would answer 202.
+    async fn deletes_unknown_session(&self, req: &Request) -> bool {
+        if req.method() != Method::DELETE {
+            return false;
+        }
+        let Some(session_id) = header_str(req, SESSION_ID) else {
+            return false;
         };
-
-        // 3. Ending a session that does not exist (rmcp would answer 202).
-        if method == Method::DELETE
-            && let Some(session_id) = header_str(&req, SESSION_ID)
-            && header_str(&req, PROTOCOL_VERSION).is_none_or(|v| SESSION_REVISIONS.contains(&v))
+        header_str(req, PROTOCOL_VERSION).is_none_or(|v| SESSION_REVISIONS.contains(&v))
             && !self
                 .sessions
                 .has_session(&session_id.into())
                 .await
                 .unwrap_or(false)
-        {
-            return Ok(plain(StatusCode::NOT_FOUND, "Not Found: Session not found"));
-        }
+    }
 
-        // 4. The body (bounded), to know an `initialize` naming 2026-07-28.
-        let mut echo_2026 = false;
-        if method == Method::POST {
-            let body = match read_limited(req.take_body(), MAX_BODY_BYTES).await {
-                Ok(body) => body,
-                Err(error) => {
-                    return Ok(Response::builder()
-                        .status(StatusCode::BAD_REQUEST)
-                        .content_type("text/plain; charset=utf-8")
-                        .body(format!("Failed to read request body: {error}")));
-                }
-            };
-            echo_2026 = initialize_2026(&body);
-            req.set_body(Body::from_vec(body));
-        } else {
-            req.set_body(Body::empty());
-        }
+    /// Step 5: rmcp, with its answer adapted: no session id on stateless (2026-07-28)
+    /// answers, event streams marked open, complete bodies rewritten where the interface
+    /// differs.
+    async fn forward(&self, req: Request, echo_2026: bool) -> Response {
+        let method = req.method().clone();
         // 2026-07-28 has no sessions: its responses carry no session id (rmcp, which serves
         // the revision within its session mode, would send one; the unused session expires).
         let stateless = echo_2026 || header_str(&req, "mcp-protocol-version") == Some("2026-07-28");
-        req.extensions_mut().insert(auth);
-
-        // 5. rmcp.
         let http_request: poem::http::Request<_> = req.into();
         let response = self.service.handle(http_request).await;
         let (parts, body) = response.into_parts();
@@ -307,33 +336,9 @@ impl Endpoint for McpEndpoint {
         }
 
         if is_stream {
-            let stream = frames(body);
-            let body = if echo_2026 {
-                let mut rewritten = false;
-                Body::from_bytes_stream(stream.map(move |chunk| {
-                    chunk.map(|data| {
-                        if rewritten {
-                            return data;
-                        }
-                        match std::str::from_utf8(&data) {
-                            Ok(text) if text.contains("\"protocolVersion\":\"2025-11-25\"") => {
-                                rewritten = true;
-                                Bytes::from(text.replacen(
-                                    "\"protocolVersion\":\"2025-11-25\"",
-                                    "\"protocolVersion\":\"2026-07-28\"",
-                                    1,
-                                ))
-                            }
-                            _ => data,
-                        }
-                    })
-                }))
-            } else {
-                Body::from_bytes_stream(stream)
-            };
-            let mut response = builder.body(body);
+            let mut response = builder.body(stream_body(body, echo_2026));
             response.set_data(OpenStream);
-            return Ok(response);
+            return response;
         }
 
         // Complete bodies (JSON and plain text) are small or already in memory.
@@ -343,7 +348,45 @@ impl Endpoint for McpEndpoint {
             collected.extend_from_slice(&chunk);
         }
         let (status, collected) = fix_complete_body(&method, parts.status, collected);
-        Ok(builder.status(status).body(collected))
+        builder.status(status).body(collected)
+    }
+}
+
+impl Endpoint for McpEndpoint {
+    type Output = Response;
+
+    async fn call(&self, mut req: Request) -> poem::Result<Response> {
+        // 1. Host, then method: before the key check.
+        if let Some(refusal) = refuse_host_or_method(&req) {
+            return Ok(refusal);
+        }
+
+        // 2. The key, as REST checks it.
+        let auth = match authenticate(
+            &self.state.pool,
+            req.headers(),
+            &self.state.metrics.key_check_unavailable,
+        )
+        .await
+        {
+            Ok(auth) => auth,
+            Err(error) => return Ok(crate::http::respond::error_response(&error)),
+        };
+
+        // 3. Ending a session that does not exist (rmcp would answer 202).
+        if self.deletes_unknown_session(&req).await {
+            return Ok(plain(StatusCode::NOT_FOUND, "Not Found: Session not found"));
+        }
+
+        // 4. The body (bounded), to know an `initialize` naming 2026-07-28.
+        let echo_2026 = match buffer_body(&mut req).await {
+            Ok(echo_2026) => echo_2026,
+            Err(response) => return Ok(response),
+        };
+        req.extensions_mut().insert(auth);
+
+        // 5. rmcp.
+        Ok(self.forward(req, echo_2026).await)
     }
 }
 
