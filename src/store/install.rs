@@ -107,6 +107,13 @@ async fn seed_providers_and_defaults(
     tx: &mut sqlx::PgConnection,
     default_embedding: &DefaultEmbedding,
 ) -> Result<(), sqlx::Error> {
+    seed_embedding_providers(tx).await?;
+    seed_text_splitters(tx).await?;
+    seed_default_embedding_model(tx, default_embedding).await
+}
+
+/// The embedding providers `local`, `openai` and `hash`, with their parameter descriptions.
+async fn seed_embedding_providers(tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     let embedding_providers = [
         (
             "local",
@@ -137,6 +144,12 @@ async fn seed_providers_and_defaults(
             .execute(&mut *tx)
             .await?;
     }
+    Ok(())
+}
+
+/// The text splitter providers `recursive-character`, `character` and `token`, and one text
+/// splitter of each, named after it, with its default parameters.
+async fn seed_text_splitters(tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     let splitter_providers = [
         (
             "recursive-character",
@@ -184,6 +197,14 @@ async fn seed_providers_and_defaults(
             .execute(&mut *tx)
             .await?;
     }
+    Ok(())
+}
+
+/// The `default` embedding model: `local` all-MiniLM-L6-v2 when it loaded, else `hash`.
+async fn seed_default_embedding_model(
+    tx: &mut sqlx::PgConnection,
+    default_embedding: &DefaultEmbedding,
+) -> Result<(), sqlx::Error> {
     let (provider, model_name, parameters, dimensions) = match default_embedding {
         DefaultEmbedding::Local { dimensions } => {
             ("local", "all-MiniLM-L6-v2", json!({}), *dimensions)
