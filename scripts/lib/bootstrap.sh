@@ -295,8 +295,11 @@ _tb_ensure_model() {
     fi
 }
 
-# The official clients the tests drive Trove with, pinned: the OpenAI Python SDK (relay).
+# The official clients the tests drive Trove with, pinned: the OpenAI Python SDK (relay), and
+# schemathesis with the hypothesis it generates requests with (tests/api/schemathesis.rs).
 TROVE_OPENAI_SDK_VERSION=3.57.0
+TROVE_SCHEMATHESIS_VERSION=4.32.5
+TROVE_HYPOTHESIS_VERSION=6.170.17
 
 _tb_ensure_test_clients() {
     _tb_ensure_venv
@@ -304,6 +307,12 @@ _tb_ensure_test_clients() {
         "import openai, sys; sys.exit(openai.__version__ != '$TROVE_OPENAI_SDK_VERSION')" 2>/dev/null; then
         _tb_say "pip install openai==$TROVE_OPENAI_SDK_VERSION (OpenAI Python SDK, for the relay tests)"
         _tb_pip install "openai==$TROVE_OPENAI_SDK_VERSION" || _tb_die "pip install openai failed"
+    fi
+    if ! "$TROVE_VENV/bin/python" -c \
+        "import sys, hypothesis, schemathesis; sys.exit((schemathesis.__version__, hypothesis.__version__) != ('$TROVE_SCHEMATHESIS_VERSION', '$TROVE_HYPOTHESIS_VERSION'))" 2>/dev/null; then
+        _tb_say "pip install schemathesis==$TROVE_SCHEMATHESIS_VERSION hypothesis==$TROVE_HYPOTHESIS_VERSION (property-based API tests)"
+        _tb_pip install "schemathesis==$TROVE_SCHEMATHESIS_VERSION" "hypothesis==$TROVE_HYPOTHESIS_VERSION" ||
+            _tb_die "pip install schemathesis failed"
     fi
     # shellcheck disable=SC2034 # read by scripts/test
     TROVE_TEST_PYTHON="$TROVE_VENV/bin/python"

@@ -25,6 +25,7 @@ mod mcp;
 mod mcp_client;
 mod pipelines;
 mod relay;
+mod schemathesis;
 mod search;
 mod sidecar;
 mod statistics_metrics;
