@@ -155,11 +155,22 @@ pub async fn submit_batch(
             "documents must hold 1 to {MAX_BATCH} items"
         )));
     }
+    // What admits an item depends on its classification and splitter only: each pair is
+    // checked once (a batch usually names a few).
+    let mut admissions: HashMap<(&str, Option<Uuid>), Value> = HashMap::new();
     let mut schemas = Vec::with_capacity(inputs.len());
     for (index, input) in inputs.iter().enumerate() {
-        let schema = admitted(state, auth, pipeline_id, input)
-            .await
-            .map_err(|error| item_error(index, error))?;
+        let key = (input.classification.as_str(), input.text_splitter_id);
+        let schema = match admissions.get(&key) {
+            Some(schema) => schema.clone(),
+            None => {
+                let schema = admitted(state, auth, pipeline_id, input)
+                    .await
+                    .map_err(|error| item_error(index, error))?;
+                admissions.insert(key, schema.clone());
+                schema
+            }
+        };
         schemas.push(schema);
     }
     let mut tx = state.pool.begin().await?;
@@ -336,24 +347,24 @@ async fn store_version(
 async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
     let results =
         futures_util::future::join_all(jobs.iter().map(|job| state.queue.publish(job))).await;
+    let mut queued = Vec::with_capacity(jobs.len());
     let mut failure = None;
     for (job, result) in jobs.iter().zip(results) {
         match result {
-            // The job is queued: its outbox entry goes. Should that fail, the workers' sweep
-            // publishes the job once more later, and the second delivery is skipped.
-            Ok(()) => {
-                if let Err(error) =
-                    store::job_queued(&state.pool, job.document_id, job.version).await
-                {
-                    tracing::warn!(%error, document_id = %job.document_id, version = job.version, "queued job not recorded; it will be published again");
-                }
-            }
+            Ok(()) => queued.push((job.document_id, job.version)),
             Err(error) => {
                 tracing::error!(%error, document_id = %job.document_id, version = job.version, "job could not be queued");
                 store::mark_failed(&state.pool, job.document_id, job.version).await?;
                 failure.get_or_insert(error);
             }
         }
+    }
+    // The queued jobs' outbox entries go. Should that fail, the workers' sweep publishes the
+    // jobs once more later, and the second deliveries are skipped.
+    if !queued.is_empty()
+        && let Err(error) = store::jobs_queued(&state.pool, &queued).await
+    {
+        tracing::warn!(%error, jobs = queued.len(), "queued jobs not recorded; they will be published again");
     }
     match failure {
         Some(error) => Err(ApiError::Nats(error)),

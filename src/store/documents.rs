@@ -80,7 +80,7 @@ pub struct NewVersion<'a> {
 }
 
 /// Inserts a `pending` version, its encrypted text and the outbox entry of its job (one
-/// statement): until [`job_queued`] removes the entry, the workers' sweep will publish the job
+/// statement): until [`jobs_queued`] removes the entry, the workers' sweep will publish the job
 /// again once it is old enough.
 pub async fn insert(
     conn: &mut PgConnection,
@@ -159,13 +159,17 @@ pub async fn refuse_unconvertible(
     Ok(())
 }
 
-/// Removes the outbox entry of a version whose job JetStream has stored.
-pub async fn job_queued(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM job_outbox WHERE document_id = $1 AND version = $2")
-        .bind(id)
-        .bind(version)
-        .execute(pool)
-        .await?;
+/// Removes the outbox entries of versions whose jobs JetStream has stored, in one statement.
+pub async fn jobs_queued(pool: &PgPool, jobs: &[(Uuid, i64)]) -> Result<(), sqlx::Error> {
+    let (ids, versions): (Vec<Uuid>, Vec<i64>) = jobs.iter().copied().unzip();
+    sqlx::query(
+        "DELETE FROM job_outbox o USING unnest($1::uuid[], $2::bigint[]) AS q(document_id, version)
+         WHERE o.document_id = q.document_id AND o.version = q.version",
+    )
+    .bind(ids)
+    .bind(versions)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
