@@ -1,0 +1,96 @@
+//! The floor of a vector search: its statement run alone, as the service runs it.
+
+use std::time::{Duration, Instant};
+
+use sea_query::Condition;
+use sqlx::{PgPool, Row};
+use trove::retrieval::cost;
+use trove::retrieval::estimates::ScopeEstimates;
+use trove::retrieval::search::{
+    DistanceStrategy, NearestPath, Scope, VectorQuery, estimate_scope_cached, nearest_plan,
+    run_plan,
+};
+use uuid::Uuid;
+
+/// A vector search (similarity, or the candidates of MMR) with cosine distance, as the
+/// service sees it once the request is checked and the query embedded.
+#[derive(Clone)]
+pub struct FloorSearch {
+    pub pipeline_id: Uuid,
+    pub vector_embedding_id: Uuid,
+    /// The classifications the search may see (resolved).
+    pub classifications: Vec<String>,
+    /// How many classifications the pipeline has.
+    pub pipeline_classifications: usize,
+    /// The compiled metadata filter.
+    pub filter: Option<Condition>,
+    pub vector: Vec<f32>,
+    /// Rows kept: `k`, or MMR's `fetch_k` (with their vectors).
+    pub limit: u64,
+    pub mmr: bool,
+    /// The planner's estimate of the association's vector count, as the service reads it.
+    pub estimated_rows: f64,
+}
+
+/// What the statement returned and took.
+pub struct Floor {
+    /// From taking a pooled connection to the last row.
+    pub elapsed: Duration,
+    /// (id, score), sorted by score and cut to the limit, as the service sorts them.
+    pub hits: Vec<(Uuid, f64)>,
+    /// The statement computed every distance of the scope instead of walking the HNSW index.
+    pub exact: bool,
+}
+
+/// The statement of `search` planned as the service plans it (the path chosen from the
+/// planner's estimate of a restricted scope, kept in `estimates` as the service keeps its
+/// own), then run alone on a connection of `pool` (a `trove::store::connect_lazy` pool, whose
+/// sessions carry the service's settings) by the service's own `run_plan`; only the run is
+/// timed. Every call the benches make into the plan API of `trove::retrieval::search` for a
+/// floor is here.
+pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearch) -> Floor {
+    let restricted =
+        search.filter.is_some() || search.classifications.len() < search.pipeline_classifications;
+    let scope = Scope {
+        pipeline_id: search.pipeline_id,
+        classifications: &search.classifications,
+        filter: search.filter,
+    };
+    let vectors = search.estimated_rows;
+    let (path, selectivity) = if restricted {
+        let estimate = estimate_scope_cached(pool, estimates, &scope, vectors)
+            .await
+            .expect("estimate");
+        (
+            cost::choose(vectors, Some(estimate), search.limit),
+            Some(cost::selectivity(vectors.max(estimate.admitted), estimate)),
+        )
+    } else {
+        (NearestPath::Index, None)
+    };
+    let query = VectorQuery {
+        vector_embedding_id: search.vector_embedding_id,
+        vector: &search.vector,
+        strategy: DistanceStrategy::Cosine,
+        unit_vectors: true,
+        estimated_rows: vectors,
+        selectivity,
+        path,
+    };
+    let plan = nearest_plan(&scope, &query, None, search.limit, search.mmr).expect("statement");
+    let started = Instant::now();
+    let mut conn = pool.acquire().await.expect("connection");
+    let rows = run_plan(&mut conn, plan).await.expect("search statement");
+    let elapsed = started.elapsed();
+    let mut hits: Vec<(Uuid, f64)> = rows
+        .iter()
+        .map(|r| (r.get::<Uuid, _>("id"), r.get::<f64, _>("score")))
+        .collect();
+    hits.sort_by(|a, b| a.1.total_cmp(&b.1));
+    hits.truncate(usize::try_from(search.limit).unwrap_or(usize::MAX));
+    Floor {
+        elapsed,
+        hits,
+        exact: path == NearestPath::Exact,
+    }
+}
