@@ -25,6 +25,21 @@ where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Duration> + Send,
 {
+    run_concurrent_for(c, count, None, f).await
+}
+
+/// [`run_concurrent`], each client stopping early once `limit` has passed (its request under
+/// way completes).
+pub async fn run_concurrent_for<F, Fut>(
+    c: usize,
+    count: usize,
+    limit: Option<Duration>,
+    f: F,
+) -> (Vec<Duration>, Duration)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Duration> + Send,
+{
     let f = Arc::new(f);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -33,7 +48,7 @@ where
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             let mut i = worker;
-            while i < count {
+            while i < count && limit.is_none_or(|limit| started.elapsed() < limit) {
                 samples.push(f(i).await);
                 i += c;
             }

@@ -41,7 +41,7 @@ fn line<'a>(columns: &[Column], cells: impl Iterator<Item = &'a str>) -> String 
             out.push_str(&format!("{cell:>width$}"));
         }
     }
-    out
+    out.trim_end().to_owned()
 }
 
 /// The header line, then one line per row.

@@ -1,0 +1,1186 @@
+//! The cases a new user meets first, end to end: Trove runs in this process (API and worker)
+//! on fresh databases of the test Postgres and the test NATS.
+//!
+//! 1. A pipeline created through HTTP: a `hash` embedding model of 384 dimensions, the seeded
+//!    `recursive-character` splitter (chunk size 1,000, overlap 200), full-text search off,
+//!    three classifications (`public`, `internal`, `restricted`; document `i` has the
+//!    `i % 3`-th), the metadata schema `{category: string, year: integer, score: number,
+//!    published: boolean}` and no metadata index. Documents are synthetic topic texts of about
+//!    2 KB (deterministic seed), `category` uniform over `c00`–`c19`, `year` uniform over
+//!    2020–2024 (independent of it), `score` in 0–100, `published` half true.
+//! 2. Ingestion of N documents by 8 concurrent clients, one document per request
+//!    (`POST /pipelines/{id}/documents`), timed from the first request until the document list
+//!    counts every version `success` (polled every 100 ms) → documents/s and fragments/s. Then
+//!    the same on a fresh installation (a new database, a new pipeline) through
+//!    `POST /pipelines/{id}/documents/batch`: requests of up to 1,000 documents (fewer when N
+//!    is small, so that the 8 clients all have one), 8 clients.
+//! 3. Searches on that second pipeline, the first one started as soon as the poll has seen the
+//!    last `success` (no `ANALYZE` or anything else between), every search naming all three
+//!    classifications: similarity k 5; MMR k 5, fetch_k 20; similarity k 5 under the 5 %
+//!    filter `{"category": {"$eq": "c07"}}`; under the 1 % filter
+//!    `{"$and": [{"category": {"$eq": "c07"}}, {"year": {"$eq": 2022}}]}`. First a window of
+//!    5 s taking the four in turn (the p50 of each over the window), then each measured at one
+//!    client (p50/p99) and 8 clients (searches/s and p50), then metadata indexes on `category`
+//!    and `year` through `POST /pipelines/{id}/indexes` and the two filters again.
+//! 4. Next to each, its floor: the same statement alone on a pooled connection with the
+//!    service's session settings (`common::floor`: the path the service chooses, the plan of
+//!    `trove::retrieval::search`, run by its `run_plan`), taking turns with the HTTP searches at
+//!    one client, and at 8 clients on 8 connections. Recall@5 of the HTTP results against an
+//!    exact scan: the pipeline's vectors read back from its vector table once every search has
+//!    run, exact distances in process over the filtered scope (tie-aware); for MMR, against
+//!    MMR's selection among the exact 20 nearest.
+//!
+//! Printed: the ingestion rows, the first window against the steady state, a table of every
+//! scenario (Trove p50/p99 or searches/s, floor p50 and searches/s, the p50 ratio, recall@5,
+//! hits returned / k, the floor's path), and the project's targets, met or not.
+//!
+//! Run: `TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo bench --bench service --
+//! --docs=2000,20000`. Options: `--docs=N,…` documents per run (2000), `--clients=N`
+//! ingestion clients and search concurrency (8), `--batch=N` documents per bulk request at
+//! most (1000), `--window=S` the first window (5), `--queries=N` measured queries per scenario
+//! at one client (300), `--concurrent-queries=N` searches per scenario at 8 clients, at most
+//! (2000), `--concurrent-seconds=S` at most that long per scenario and path (10), `--keep`
+//! (keep the databases and print their names).
+
+#![expect(
+    clippy::expect_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_precision_loss,
+    reason = "a load tool: failures abort the run"
+)]
+
+#[path = "common/mod.rs"]
+#[allow(dead_code, reason = "each bench uses part of the shared code")]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use sea_query::Condition;
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection, PgPool, Row};
+use trove::providers::hash_embedding::hash_embedding;
+use trove::retrieval::estimates::ScopeEstimates;
+use trove::retrieval::mmr::{self, Similarity};
+use trove_query::classification::ClassificationRequest;
+use uuid::Uuid;
+
+use common::app::{self, Http, Running};
+use common::floor::{FloorSearch, floor};
+use common::measure::{load_average, pct, run_concurrent_for};
+use common::recall::{ExactQuery, Vectors, exact_top, recall};
+use common::report::{Column, print_table};
+use common::text::{Language, TOPICS};
+
+const DIM: usize = 384;
+const K: usize = 5;
+const FETCH_K: usize = 20;
+const CLASSIFICATIONS: [&str; 3] = ["public", "internal", "restricted"];
+const CATEGORIES: usize = 20;
+const FIRST_YEAR: i64 = 2020;
+const YEARS: i64 = 5;
+/// The value of the 5 % filter, and the year the 1 % filter adds.
+const CATEGORY: &str = "c07";
+const YEAR: i64 = 2022;
+/// A document is paragraphs of one topic pair until it has this many bytes.
+const DOCUMENT_BYTES: usize = 1900;
+const POLL: Duration = Duration::from_millis(100);
+/// Ingestion that counts no new `success` for this long has stalled.
+const STALLED: Duration = Duration::from_secs(120);
+
+// ---- Options -----------------------------------------------------------------------------
+
+struct Options {
+    docs: Vec<usize>,
+    clients: usize,
+    batch: usize,
+    window: u64,
+    queries: usize,
+    concurrent_queries: usize,
+    concurrent_seconds: u64,
+    keep: bool,
+}
+
+impl Options {
+    fn parse() -> Self {
+        let mut options = Self {
+            docs: vec![2000],
+            clients: 8,
+            batch: 1000,
+            window: 5,
+            queries: 300,
+            concurrent_queries: 2000,
+            concurrent_seconds: 10,
+            keep: false,
+        };
+        for arg in std::env::args().skip(1) {
+            let number = |v: &str| -> usize { v.replace('_', "").parse().expect("a number") };
+            match arg.split_once('=') {
+                Some(("--docs", v)) => {
+                    options.docs = v.split(',').filter(|s| !s.is_empty()).map(number).collect();
+                }
+                Some(("--clients", v)) => options.clients = number(v).max(1),
+                Some(("--batch", v)) => options.batch = number(v).clamp(1, 1000),
+                Some(("--window", v)) => options.window = number(v) as u64,
+                Some(("--queries", v)) => options.queries = number(v).max(1),
+                Some(("--concurrent-queries", v)) => options.concurrent_queries = number(v),
+                Some(("--concurrent-seconds", v)) => options.concurrent_seconds = number(v) as u64,
+                _ if arg == "--keep" => options.keep = true,
+                _ => {} // `--bench` from cargo
+            }
+        }
+        options
+    }
+}
+
+// ---- Documents ---------------------------------------------------------------------------
+
+struct Document {
+    text: String,
+    category: usize,
+    year: i64,
+    score: f64,
+    published: bool,
+}
+
+fn documents(n: usize, language: &Language) -> Vec<Document> {
+    let mut rng = SmallRng::seed_from_u64(0xD0C5);
+    (0..n)
+        .map(|_| {
+            let primary = rng.random_range(0..TOPICS);
+            let secondary = rng.random_range(0..TOPICS);
+            let mut paragraphs = Vec::new();
+            let mut bytes = 0;
+            while bytes < DOCUMENT_BYTES {
+                let paragraph = language.fragment(&mut rng, primary, secondary);
+                bytes += paragraph.len() + 2;
+                paragraphs.push(paragraph);
+            }
+            Document {
+                text: paragraphs.join("\n\n"),
+                category: rng.random_range(0..CATEGORIES),
+                year: FIRST_YEAR + rng.random_range(0..YEARS),
+                score: (rng.random::<f64>() * 1000.0).round() / 10.0,
+                published: rng.random_bool(0.5),
+            }
+        })
+        .collect()
+}
+
+/// The body of one document's submission.
+fn submission(i: usize, document: &Document) -> Value {
+    json!({
+        "external_identifier": format!("doc-{i:06}"),
+        "classification": CLASSIFICATIONS[i % CLASSIFICATIONS.len()],
+        "text": document.text,
+        "metadata": {
+            "category": format!("c{:02}", document.category),
+            "year": document.year,
+            "score": document.score,
+            "published": document.published,
+        },
+    })
+}
+
+// ---- Pipeline and ingestion --------------------------------------------------------------
+
+/// The `hash` model, the pipeline and what its searches need, through the interface.
+async fn create_pipeline(http: &Http) -> Uuid {
+    let model = http
+        .json(
+            reqwest::Method::POST,
+            "/embedding-models",
+            Some(
+                json!({"name": "hash", "provider": "hash", "model_name": "feature-hash",
+                        "parameters": {"dimensions": DIM}}),
+            ),
+        )
+        .await;
+    let splitters = http
+        .json(
+            reqwest::Method::GET,
+            "/text-splitters?name=recursive-character",
+            None,
+        )
+        .await;
+    let splitter = &splitters["data"][0];
+    assert_eq!(splitter["parameters"]["chunk_size"], 1000, "{splitter}");
+    assert_eq!(splitter["parameters"]["chunk_overlap"], 200, "{splitter}");
+    let pipeline = http
+        .json(
+            reqwest::Method::POST,
+            "/pipelines",
+            Some(json!({
+                "name": "bench-service",
+                "embedding_model_id": model["id"],
+                "default_text_splitter_id": splitter["id"],
+                "classifications": CLASSIFICATIONS,
+                "has_full_text_search": false,
+                "metadata_schema": {
+                    "type": "object",
+                    "properties": {
+                        "category": {"type": "string"},
+                        "year": {"type": "integer"},
+                        "score": {"type": "number"},
+                        "published": {"type": "boolean"}
+                    }
+                }
+            })),
+        )
+        .await;
+    pipeline["id"].as_str().expect("id").parse().expect("uuid")
+}
+
+/// One ingestion run.
+struct Ingestion {
+    mode: &'static str,
+    /// Documents per request (the mean).
+    per_request: f64,
+    documents: usize,
+    fragments: i64,
+    submitted: Duration,
+    total: Duration,
+}
+
+/// When the poll saw every version `success`, and how long that poll took.
+struct Done {
+    seen: Instant,
+    poll: Duration,
+}
+
+/// Submits `bodies` to `path` with `clients` concurrent clients (each takes the next body),
+/// then polls until the pipeline counts `documents` versions `success`.
+async fn ingest(
+    http: &Http,
+    pipeline_id: Uuid,
+    path: &str,
+    bodies: Vec<Value>,
+    documents: usize,
+    clients: usize,
+) -> (Duration, Duration, Done) {
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (http, path) = (http.clone(), path.to_owned());
+            let (bodies, next) = (bodies.clone(), next.clone());
+            tokio::spawn(async move {
+                while let Some(body) = bodies.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let response = http
+                        .request(reqwest::Method::POST, &path)
+                        .json(body)
+                        .send()
+                        .await
+                        .expect("submission");
+                    let status = response.status();
+                    if status != reqwest::StatusCode::CREATED {
+                        let text = response.text().await.unwrap_or_default();
+                        panic!("{path}: {status} {text}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client");
+    }
+    let submitted = started.elapsed();
+    let done = wait_for_success(http, pipeline_id, documents).await;
+    (submitted, done.seen - started, done)
+}
+
+async fn wait_for_success(http: &Http, pipeline_id: Uuid, documents: usize) -> Done {
+    let path = format!("/pipelines/{pipeline_id}/documents?status=success&count=true&first=0");
+    let mut progress = (0, Instant::now());
+    loop {
+        let started = Instant::now();
+        let page = http.json(reqwest::Method::GET, &path, None).await;
+        let poll = started.elapsed();
+        let count = page["page_info"]["count"].as_u64().expect("count") as usize;
+        if count == documents {
+            return Done {
+                seen: Instant::now(),
+                poll,
+            };
+        }
+        if count != progress.0 {
+            progress = (count, Instant::now());
+        }
+        assert!(
+            progress.1.elapsed() < STALLED,
+            "ingestion stalled at {count} of {documents} versions success"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn count_fragments(url: &str, pipeline_id: Uuid) -> i64 {
+    let mut db = PgConnection::connect(url).await.expect("bench db");
+    let count = sqlx::query_scalar("SELECT count(*) FROM fragments WHERE pipeline_id = $1")
+        .bind(pipeline_id)
+        .fetch_one(&mut db)
+        .await
+        .expect("fragments");
+    db.close().await.ok();
+    count
+}
+
+/// The largest request body the interface takes (2 MiB).
+const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Documents per request (the mean) and the request bodies of a mode: one document each, or
+/// batches of at most `batch` documents and of at most 2 MiB (1,000 documents of 2 KB do not
+/// fit), and fewer when there are few documents, so that every client has one.
+fn requests(submissions: &[Value], bulk: bool, options: &Options) -> (f64, Vec<Value>) {
+    if !bulk {
+        return (1.0, submissions.to_vec());
+    }
+    let most = options
+        .batch
+        .min(submissions.len().div_ceil(options.clients))
+        .max(1);
+    let mut bodies = Vec::new();
+    let mut chunk: Vec<Value> = Vec::new();
+    // `{"documents":[…]}` with a comma between items.
+    let mut bytes = 16;
+    for submission in submissions {
+        let size = serde_json::to_vec(submission).expect("json").len() + 1;
+        if !chunk.is_empty() && (chunk.len() == most || bytes + size > MAX_BODY_BYTES) {
+            bodies.push(json!({"documents": std::mem::take(&mut chunk)}));
+            bytes = 16;
+        }
+        bytes += size;
+        chunk.push(submission.clone());
+    }
+    if !chunk.is_empty() {
+        bodies.push(json!({"documents": chunk}));
+    }
+    (submissions.len() as f64 / bodies.len() as f64, bodies)
+}
+
+/// One ingestion on a fresh installation: Trove, its pipeline, the documents submitted and
+/// processed. Returns Trove still running, for the searches.
+async fn fresh_ingestion(
+    submissions: &[Value],
+    bulk: bool,
+    options: &Options,
+    servers: &(String, String),
+) -> (Running, Uuid, Ingestion, Done) {
+    let trove = app::start(&servers.0, &servers.1, true).await;
+    let pipeline_id = create_pipeline(&trove.http).await;
+    let (per_request, bodies) = requests(submissions, bulk, options);
+    let path = if bulk {
+        format!("/pipelines/{pipeline_id}/documents/batch")
+    } else {
+        format!("/pipelines/{pipeline_id}/documents")
+    };
+    let mode = if bulk {
+        "bulk (documents/batch)"
+    } else {
+        "per document"
+    };
+    println!(
+        "ingesting {} documents, {mode}, {per_request:.0} per request, {} clients (load average {})",
+        submissions.len(),
+        options.clients,
+        load_average()
+    );
+    let (submitted, total, done) = ingest(
+        &trove.http,
+        pipeline_id,
+        &path,
+        bodies,
+        submissions.len(),
+        options.clients,
+    )
+    .await;
+    let ingestion = Ingestion {
+        mode,
+        per_request,
+        documents: submissions.len(),
+        fragments: 0,
+        submitted,
+        total,
+    };
+    (trove, pipeline_id, ingestion, done)
+}
+
+// ---- Searches ----------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Similarity,
+    Mmr,
+    Filter5,
+    Filter1,
+}
+
+const KINDS: [Kind; 4] = [Kind::Similarity, Kind::Mmr, Kind::Filter5, Kind::Filter1];
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Similarity => "similarity k 5",
+            Self::Mmr => "MMR k 5 fetch_k 20",
+            Self::Filter5 => "5 % filter (category)",
+            Self::Filter1 => "1 % filter (category, year)",
+        }
+    }
+
+    fn filter(self) -> Option<Value> {
+        match self {
+            Self::Similarity | Self::Mmr => None,
+            Self::Filter5 => Some(json!({"category": {"$eq": CATEGORY}})),
+            Self::Filter1 => Some(json!({"$and": [
+                {"category": {"$eq": CATEGORY}},
+                {"year": {"$eq": YEAR}}
+            ]})),
+        }
+    }
+
+    fn body(self, query: &str) -> Value {
+        let (kind, params) = match self {
+            Self::Mmr => ("mmr", json!({"k": K, "fetch_k": FETCH_K})),
+            _ => ("similarity", json!({"k": K})),
+        };
+        let mut body = json!({
+            "query": query,
+            "type": kind,
+            "classification": CLASSIFICATIONS,
+            "params": params,
+        });
+        if let Some(filter) = self.filter() {
+            body["filters"] = filter;
+        }
+        body
+    }
+}
+
+/// A query: its text and its vector (the service's `hash` embedding computes the same).
+struct Probe {
+    text: String,
+    vector: Vec<f32>,
+}
+
+fn probes(language: &Language, seed: u64, count: usize) -> Vec<Probe> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            let text = language.query(&mut rng);
+            let vector = hash_embedding(&text, DIM);
+            Probe { text, vector }
+        })
+        .collect()
+}
+
+/// The searched pipeline, as the service sees it.
+struct Searched {
+    http: Http,
+    path: String,
+    pipeline_id: Uuid,
+    ve_id: Uuid,
+    classifications: Vec<String>,
+    pipeline_classifications: usize,
+    schema: Value,
+    service_pool: PgPool,
+    /// The floor's connections, one per client.
+    floor_pool: PgPool,
+}
+
+impl Searched {
+    async fn new(trove: &Running, pipeline_id: Uuid, clients: usize) -> Self {
+        let context =
+            trove::store::pipelines::search_context(trove.state.pool.pg_pool(), pipeline_id)
+                .await
+                .expect("search context")
+                .expect("pipeline");
+        let names: Vec<String> = CLASSIFICATIONS.iter().map(|c| (*c).to_owned()).collect();
+        let classifications = trove_query::classification::resolve(
+            &ClassificationRequest::hierarchical(names),
+            &context.classification_names,
+            &context.hierarchy(),
+        )
+        .expect("resolved");
+        Self {
+            http: trove.http.clone(),
+            path: format!("/pipelines/{pipeline_id}/search"),
+            pipeline_id,
+            ve_id: context.pipeline.ve_id.expect("association"),
+            classifications,
+            pipeline_classifications: context.classification_names.len(),
+            schema: context.pipeline.metadata_schema.clone(),
+            service_pool: trove.state.pool.pg_pool().clone(),
+            floor_pool: trove::store::connect_lazy(&trove.url, clients as u32)
+                .expect("floor pool")
+                .pg_pool()
+                .clone(),
+        }
+    }
+
+    /// The kind's filter compiled as the service compiles it.
+    fn condition(&self, kind: Kind) -> Option<Condition> {
+        let filter: trove_query::filter::Filter =
+            serde_json::from_value(kind.filter()?).expect("filter");
+        let typed = trove_query::filter::validate(&filter, &self.schema).expect("valid filter");
+        Some(trove_query::filter::compile(
+            &typed,
+            "fragments",
+            &trove_query::filter::TeqExpansions::new(),
+        ))
+    }
+
+    /// What the service reads now as the association's vector count.
+    async fn estimated_rows(&self) -> f64 {
+        trove::store::pipelines::search_context(&self.service_pool, self.pipeline_id)
+            .await
+            .expect("search context")
+            .expect("pipeline")
+            .ve_estimated_rows
+            .map_or(0.0, f64::from)
+    }
+
+    fn floor_search(&self, kind: Kind, probe: &Probe, estimated_rows: f64) -> FloorSearch {
+        FloorSearch {
+            pipeline_id: self.pipeline_id,
+            vector_embedding_id: self.ve_id,
+            classifications: self.classifications.clone(),
+            pipeline_classifications: self.pipeline_classifications,
+            filter: self.condition(kind),
+            vector: probe.vector.clone(),
+            limit: (if kind == Kind::Mmr { FETCH_K } else { K }) as u64,
+            mmr: kind == Kind::Mmr,
+            estimated_rows,
+        }
+    }
+}
+
+/// The searches of the first `seconds`, the four kinds in turn: latencies by kind.
+async fn first_window(s: &Searched, probes: &[Probe], seconds: u64) -> Vec<Vec<Duration>> {
+    let mut samples = vec![Vec::new(); KINDS.len()];
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let kind = i % KINDS.len();
+        let probe = &probes[i % probes.len()];
+        let (elapsed, _) = s.http.search(&s.path, &KINDS[kind].body(&probe.text)).await;
+        samples[kind].push(elapsed);
+        i += 1;
+    }
+    samples
+}
+
+/// One scenario's measurements.
+struct Scenario {
+    kind: Kind,
+    indexed: bool,
+    http: Vec<Duration>,
+    floor: Vec<Duration>,
+    /// The ids each measured query's HTTP search returned.
+    ids: Vec<Vec<Uuid>>,
+    /// Queries whose HTTP results are not the floor's (similarity), or not among its
+    /// candidates (MMR).
+    differing: usize,
+    /// Floor statements that took the exact path.
+    exact_path: usize,
+    concurrent: Concurrent,
+}
+
+struct Concurrent {
+    http: Vec<Duration>,
+    http_wall: Duration,
+    floor: Vec<Duration>,
+    floor_wall: Duration,
+}
+
+/// One client: HTTP and the floor take turns, each over every query, half the list apart.
+async fn sequential(s: &Searched, kind: Kind, probes: &[Probe], indexed: bool) -> Scenario {
+    let estimates = ScopeEstimates::new();
+    let rows = s.estimated_rows().await;
+    let n = probes.len();
+    let mut out = Scenario {
+        kind,
+        indexed,
+        http: Vec::with_capacity(n),
+        floor: Vec::with_capacity(n),
+        ids: vec![Vec::new(); n],
+        differing: 0,
+        exact_path: 0,
+        concurrent: Concurrent {
+            http: Vec::new(),
+            http_wall: Duration::ZERO,
+            floor: Vec::new(),
+            floor_wall: Duration::ZERO,
+        },
+    };
+    let mut floor_ids = vec![Vec::new(); n];
+    for i in 0..n {
+        for step in 0..2 {
+            let q = (i + ((i + step) % 2) * n.div_ceil(2)) % n;
+            if (i + step) % 2 == 0 {
+                let (elapsed, hits) = s.http.search(&s.path, &kind.body(&probes[q].text)).await;
+                out.http.push(elapsed);
+                out.ids[q] = hits.iter().map(|h| h.0).collect();
+            } else {
+                let statement = floor(
+                    &s.floor_pool,
+                    &estimates,
+                    s.floor_search(kind, &probes[q], rows),
+                )
+                .await;
+                out.floor.push(statement.elapsed);
+                out.exact_path += usize::from(statement.exact);
+                floor_ids[q] = statement.hits.iter().map(|h| h.0).collect::<Vec<Uuid>>();
+            }
+        }
+    }
+    out.differing = out
+        .ids
+        .iter()
+        .zip(&floor_ids)
+        .filter(|(http, floor)| match kind {
+            Kind::Mmr => !http.iter().all(|id| floor.contains(id)),
+            _ => http != floor,
+        })
+        .count();
+    out
+}
+
+/// `clients` concurrent clients through HTTP, then as many on the floor's connections.
+async fn concurrent(s: &Searched, kind: Kind, probes: &[Probe], options: &Options) -> Concurrent {
+    let (c, count) = (options.clients, probes.len());
+    let limit = Some(Duration::from_secs(options.concurrent_seconds));
+    let bodies: Arc<Vec<Value>> = Arc::new(probes.iter().map(|p| kind.body(&p.text)).collect());
+    let (http, path) = (Arc::new(s.http.clone()), Arc::new(s.path.clone()));
+    let (http_times, http_wall) = run_concurrent_for(c, count, limit, move |i| {
+        let (http, path, bodies) = (http.clone(), path.clone(), bodies.clone());
+        async move { http.search(&path, &bodies[i]).await.0 }
+    })
+    .await;
+    let rows = s.estimated_rows().await;
+    let searches: Arc<Vec<FloorSearch>> = Arc::new(
+        probes
+            .iter()
+            .map(|p| s.floor_search(kind, p, rows))
+            .collect(),
+    );
+    let (pool, estimates) = (s.floor_pool.clone(), ScopeEstimates::new());
+    let (floor_times, floor_wall) = run_concurrent_for(c, count, limit, move |i| {
+        let (pool, estimates, searches) = (pool.clone(), estimates.clone(), searches.clone());
+        async move { floor(&pool, &estimates, searches[i].clone()).await.elapsed }
+    })
+    .await;
+    Concurrent {
+        http: http_times,
+        http_wall,
+        floor: floor_times,
+        floor_wall,
+    }
+}
+
+/// A scenario at one client, then at `clients`.
+async fn scenario(
+    s: &Searched,
+    kind: Kind,
+    indexed: bool,
+    queries: &Queries,
+    options: &Options,
+) -> Scenario {
+    let mut out = sequential(s, kind, &queries.measured, indexed).await;
+    out.concurrent = concurrent(s, kind, &queries.concurrent, options).await;
+    println!(
+        "  {}{}: 1 client HTTP p50 {:.3} ms, floor {:.3} ms; {} clients {:.0} searches/s, floor {:.0} (load average {})",
+        kind.name(),
+        if indexed { " +idx" } else { "" },
+        pct(&out.http, 50.0),
+        pct(&out.floor, 50.0),
+        options.clients,
+        rate(&out.concurrent.http, out.concurrent.http_wall),
+        rate(&out.concurrent.floor, out.concurrent.floor_wall),
+        load_average()
+    );
+    out
+}
+
+fn rate(samples: &[Duration], wall: Duration) -> f64 {
+    samples.len() as f64 / wall.as_secs_f64()
+}
+
+/// Metadata indexes on the filtered fields, through the interface; the time of each.
+async fn add_indexes(s: &Searched) -> Vec<(&'static str, Duration)> {
+    let mut times = Vec::new();
+    for field in ["category", "year"] {
+        let started = Instant::now();
+        s.http
+            .json(
+                reqwest::Method::POST,
+                &format!("/pipelines/{}/indexes", s.pipeline_id),
+                Some(json!({"field": field})),
+            )
+            .await;
+        times.push((field, started.elapsed()));
+    }
+    times
+}
+
+/// Everything measured on the searched pipeline.
+struct Searches {
+    /// Latencies of the first window, by kind.
+    window: Vec<Vec<Duration>>,
+    /// From the poll seeing the last `success` to the first search.
+    first_after: Duration,
+    /// When the first search started.
+    first_at: chrono::DateTime<chrono::Utc>,
+    scenarios: Vec<Scenario>,
+    indexes: Vec<(&'static str, Duration)>,
+}
+
+/// The queries of each phase, made before ingestion so that none is made between the last
+/// `success` and the first search.
+struct Queries {
+    window: Vec<Probe>,
+    measured: Vec<Probe>,
+    concurrent: Vec<Probe>,
+}
+
+impl Queries {
+    fn new(language: &Language, options: &Options) -> Self {
+        Self {
+            window: probes(language, 0x5EED_0001, 4000),
+            measured: probes(language, 0x5EED_0002, options.queries),
+            concurrent: probes(language, 0x5EED_0003, options.concurrent_queries.max(1)),
+        }
+    }
+}
+
+/// The searches right after ingestion (see the top of the file).
+async fn searches(s: &Searched, done: &Done, queries: &Queries, options: &Options) -> Searches {
+    let first_at = chrono::Utc::now();
+    let first_after = done.seen.elapsed();
+    let window = first_window(s, &queries.window, options.window).await;
+    println!("steady state (load average {}):", load_average());
+    let mut scenarios = Vec::new();
+    for kind in KINDS {
+        let scenario = scenario(s, kind, false, queries, options).await;
+        scenarios.push(scenario);
+    }
+    let indexes = add_indexes(s).await;
+    for kind in [Kind::Filter5, Kind::Filter1] {
+        scenarios.push(scenario(s, kind, true, queries, options).await);
+    }
+    Searches {
+        window,
+        first_after,
+        first_at,
+        scenarios,
+        indexes,
+    }
+}
+
+// ---- Recall ------------------------------------------------------------------------------
+
+/// The pipeline's vectors, read back from its vector table, and the fragments each filter
+/// admits.
+struct Corpus {
+    vectors: Vectors,
+    five: Vec<u32>,
+    one: Vec<u32>,
+}
+
+async fn read_corpus(url: &str, s: &Searched) -> Corpus {
+    let mut db = PgConnection::connect(url).await.expect("bench db");
+    let table = trove::store::vectors::table_name(s.ve_id);
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT f.id, v.embedding, f.metadata->>'category', (f.metadata->>'year')::bigint
+         FROM {table} v JOIN fragments f ON f.id = v.fragment_id
+         WHERE f.pipeline_id = $1 AND f.expired_at IS NULL"
+    )))
+    .bind(s.pipeline_id)
+    .fetch_all(&mut db)
+    .await
+    .expect("vectors");
+    db.close().await.ok();
+    let mut corpus = Corpus {
+        vectors: Vectors::with_capacity(DIM, rows.len()),
+        five: Vec::new(),
+        one: Vec::new(),
+    };
+    for row in rows {
+        let vector: pgvector::Vector = row.get(1);
+        let index = corpus.vectors.push(row.get(0), vector.as_slice());
+        if row.get::<Option<String>, _>(2).as_deref() == Some(CATEGORY) {
+            corpus.five.push(index);
+            if row.get::<Option<i64>, _>(3) == Some(YEAR) {
+                corpus.one.push(index);
+            }
+        }
+    }
+    corpus
+}
+
+/// Recall@5 of a scenario's HTTP results: tie-aware against the exact top-5 of its scope; for
+/// MMR, the share of MMR's selection among the exact 20 nearest that the search returned.
+fn recall_of(corpus: &Corpus, scenario: &Scenario, probes: &[Probe]) -> f64 {
+    let scope = match scenario.kind {
+        Kind::Similarity | Kind::Mmr => None,
+        Kind::Filter5 => Some(corpus.five.as_slice()),
+        Kind::Filter1 => Some(corpus.one.as_slice()),
+    };
+    let queries: Vec<ExactQuery<'_>> = probes
+        .iter()
+        .map(|p| (p.vector.as_slice(), scope))
+        .collect();
+    let (mut found, mut wanted) = (0, 0);
+    if scenario.kind == Kind::Mmr {
+        for ((probe, top), ids) in probes
+            .iter()
+            .zip(exact_top(&corpus.vectors, &queries, FETCH_K))
+            .zip(&scenario.ids)
+        {
+            let candidates: Vec<&[f32]> = top
+                .items
+                .iter()
+                .map(|(_, i)| corpus.vectors.vector(*i))
+                .collect();
+            let chosen = mmr::select(&probe.vector, &candidates, K, 0.5, Similarity::Cosine);
+            let returned: Vec<Option<u32>> =
+                ids.iter().map(|id| corpus.vectors.index_of(id)).collect();
+            found += chosen
+                .iter()
+                .filter(|&&c| returned.contains(&Some(top.items[c].1)))
+                .count();
+            wanted += chosen.len();
+        }
+    } else {
+        for ((probe, top), ids) in probes
+            .iter()
+            .zip(exact_top(&corpus.vectors, &queries, K))
+            .zip(&scenario.ids)
+        {
+            let (tie_aware, _, k) = recall(&corpus.vectors, &probe.vector, &top, ids);
+            found += tie_aware;
+            wanted += k;
+        }
+    }
+    found as f64 / wanted.max(1) as f64
+}
+
+// ---- Report ------------------------------------------------------------------------------
+
+fn print_ingestion(rows: &[Ingestion]) {
+    let columns = [
+        Column::left("ingestion", 24, 0),
+        Column::right("docs/request", 12, 2),
+        Column::right("documents", 9, 2),
+        Column::right("fragments", 9, 2),
+        Column::right("submitted s", 11, 2),
+        Column::right("success s", 9, 2),
+        Column::right("docs/s", 7, 2),
+        Column::right("fragments/s", 11, 2),
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let seconds = r.total.as_secs_f64();
+            vec![
+                r.mode.to_owned(),
+                format!("{:.0}", r.per_request),
+                r.documents.to_string(),
+                r.fragments.to_string(),
+                format!("{:.1}", r.submitted.as_secs_f64()),
+                format!("{seconds:.1}"),
+                format!("{:.0}", r.documents as f64 / seconds),
+                format!("{:.0}", r.fragments as f64 / seconds),
+            ]
+        })
+        .collect();
+    print_table(&columns, &cells);
+}
+
+/// The first window's p50 against the steady p50 (one client) of each kind.
+fn print_window(searches: &Searches, window: u64) {
+    let columns = [
+        Column::left("scenario", 28, 0),
+        Column::right("searches", 8, 2),
+        Column::right(FIRST_LABEL, 13, 2),
+        Column::right("steady p50", 10, 2),
+        Column::right("ratio", 6, 2),
+    ];
+    let rows: Vec<Vec<String>> = KINDS
+        .iter()
+        .zip(&searches.window)
+        .zip(&searches.scenarios)
+        .map(|((kind, samples), steady)| {
+            let (first, steady) = (pct(samples, 50.0), pct(&steady.http, 50.0));
+            vec![
+                kind.name().to_owned(),
+                samples.len().to_string(),
+                format!("{first:.3}"),
+                format!("{steady:.3}"),
+                format!("{:.2}", first / steady),
+            ]
+        })
+        .collect();
+    println!(
+        "\nfirst {window} s after the last success (first search {:.0} ms after the poll saw it; ms):",
+        searches.first_after.as_secs_f64() * 1000.0
+    );
+    print_table(&columns, &rows);
+}
+
+const FIRST_LABEL: &str = "first-win p50";
+
+fn scenario_rows(scenario: &Scenario, recall: f64, clients: usize) -> [Vec<String>; 2] {
+    let name = format!(
+        "{}{}",
+        scenario.kind.name(),
+        if scenario.indexed { " +idx" } else { "" }
+    );
+    let path = if scenario.exact_path == scenario.floor.len() {
+        "exact"
+    } else if scenario.exact_path == 0 {
+        "index"
+    } else {
+        "mixed"
+    };
+    let hits: usize = scenario.ids.iter().map(Vec::len).sum();
+    let mean_hits = hits as f64 / scenario.ids.len().max(1) as f64;
+    let c = &scenario.concurrent;
+    let one = vec![
+        name.clone(),
+        "1".to_owned(),
+        format!("{:.3}", pct(&scenario.http, 50.0)),
+        format!("{:.3}", pct(&scenario.http, 99.0)),
+        String::new(),
+        format!("{:.3}", pct(&scenario.floor, 50.0)),
+        String::new(),
+        format!(
+            "{:.2}",
+            pct(&scenario.http, 50.0) / pct(&scenario.floor, 50.0)
+        ),
+        format!("{recall:.4}"),
+        format!("{mean_hits:.2}/{K}"),
+        path.to_owned(),
+    ];
+    let many = vec![
+        name,
+        clients.to_string(),
+        format!("{:.3}", pct(&c.http, 50.0)),
+        format!("{:.3}", pct(&c.http, 99.0)),
+        format!("{:.0}", rate(&c.http, c.http_wall)),
+        format!("{:.3}", pct(&c.floor, 50.0)),
+        format!("{:.0}", rate(&c.floor, c.floor_wall)),
+        format!("{:.2}", pct(&c.http, 50.0) / pct(&c.floor, 50.0)),
+        String::new(),
+        String::new(),
+        path.to_owned(),
+    ];
+    [one, many]
+}
+
+fn print_scenarios(searches: &Searches, recalls: &[f64], clients: usize) {
+    let columns = [
+        Column::left("scenario", 32, 0),
+        Column::right("c", 2, 2),
+        Column::right("p50 ms", 8, 2),
+        Column::right("p99 ms", 8, 2),
+        Column::right("req/s", 6, 2),
+        Column::right("floor p50", 9, 2),
+        Column::right("floor req/s", 11, 2),
+        Column::right("ratio", 6, 2),
+        Column::right("recall@5", 8, 2),
+        Column::right("hits/k", 7, 2),
+        Column::left("path", 5, 2),
+    ];
+    let rows: Vec<Vec<String>> = searches
+        .scenarios
+        .iter()
+        .zip(recalls)
+        .flat_map(|(scenario, recall)| scenario_rows(scenario, *recall, clients))
+        .collect();
+    println!(
+        "\nsearches (Trove through HTTP; floor: the same statement alone on a pooled connection; ratio = p50 / floor p50; hits/k: mean hits returned; path: the floor's):"
+    );
+    print_table(&columns, &rows);
+}
+
+/// The project's targets, met or not.
+fn print_targets(n: usize, ingestion: &[Ingestion], searches: &Searches, recalls: &[f64]) {
+    println!("\ntargets (N = {n} documents):");
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    for ((kind, samples), steady) in KINDS.iter().zip(&searches.window).zip(&searches.scenarios) {
+        let ratio = pct(samples, 50.0) / pct(&steady.http, 50.0);
+        println!(
+            "  first-window p50 ≤ 1.2 × steady p50, {}: {ratio:.2}: {}",
+            kind.name(),
+            verdict(ratio <= 1.2)
+        );
+    }
+    let scenarios = &searches.scenarios;
+    let (plain, five) = (&scenarios[0], &scenarios[2]);
+    let ratio = pct(&five.http, 50.0) / pct(&plain.http, 50.0);
+    let all_hits = five.ids.iter().all(|ids| ids.len() == K);
+    println!(
+        "  5 % filter without an index: p50 ≤ 2 × unfiltered p50 ({ratio:.2}), all {K} hits ({all_hits}), recall@5 ≥ 0.95 ({:.4}): {}{}",
+        recalls[2],
+        verdict(ratio <= 2.0 && all_hits && recalls[2] >= 0.95),
+        if n == 20_000 {
+            ""
+        } else {
+            " (the target names 20,000 documents)"
+        }
+    );
+    let c = &plain.concurrent;
+    let searches_per_s = rate(&c.http, c.http_wall);
+    println!(
+        "  unfiltered similarity, 8 clients ≥ 1,000 searches/s: {searches_per_s:.0}: {}",
+        verdict(searches_per_s >= 1000.0)
+    );
+    let ratio = pct(&plain.http, 50.0) / pct(&plain.floor, 50.0);
+    println!(
+        "  unfiltered similarity, 1 client, HTTP p50 ≤ 1.3 × its statement's p50: {ratio:.2}: {}",
+        verdict(ratio <= 1.3)
+    );
+    for (row, target) in ingestion.iter().zip([2600.0, 4000.0]) {
+        let per_s = row.fragments as f64 / row.total.as_secs_f64();
+        println!(
+            "  ingestion {} ≥ {target:.0} fragments/s: {per_s:.0}: {}",
+            row.mode,
+            verdict(per_s >= target)
+        );
+    }
+}
+
+// ---- One size ----------------------------------------------------------------------------
+
+async fn run_size(n: usize, options: &Options, servers: &(String, String), language: &Language) {
+    println!("\n==================== N = {n} documents ====================");
+    let documents = documents(n, language);
+    let bytes: usize = documents.iter().map(|d| d.text.len()).sum();
+    println!(
+        "documents: synthetic topic texts, mean {} bytes; category 1 of {CATEGORIES}, year 1 of {YEARS}",
+        bytes / n.max(1)
+    );
+    let submissions: Vec<Value> = documents
+        .iter()
+        .enumerate()
+        .map(|(i, d)| submission(i, d))
+        .collect();
+    drop(documents);
+    let queries = Queries::new(language, options);
+    let (trove, pipeline_id, mut per_document, _) =
+        fresh_ingestion(&submissions, false, options, servers).await;
+    per_document.fragments = count_fragments(&trove.url, pipeline_id).await;
+    trove.stop(options.keep).await;
+    let (trove, pipeline_id, mut bulk, done) =
+        fresh_ingestion(&submissions, true, options, servers).await;
+    let searched = Searched::new(&trove, pipeline_id, options.clients).await;
+    let searches = searches(&searched, &done, &queries, options).await;
+    bulk.fragments = count_fragments(&trove.url, pipeline_id).await;
+    let measured = Measured {
+        n,
+        ingestion: [per_document, bulk],
+        searches,
+        queries,
+        done,
+    };
+    report(&trove, &searched, &measured, options).await;
+    searched.floor_pool.close().await;
+    trove.stop(options.keep).await;
+}
+
+/// What one size measured.
+struct Measured {
+    n: usize,
+    ingestion: [Ingestion; 2],
+    searches: Searches,
+    queries: Queries,
+    done: Done,
+}
+
+/// Recall, then every table.
+async fn report(trove: &Running, searched: &Searched, measured: &Measured, options: &Options) {
+    let Measured {
+        n,
+        ingestion,
+        searches,
+        queries,
+        done,
+    } = measured;
+    let last_success: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT max(updated_at) FROM documents WHERE pipeline_id = $1")
+            .bind(searched.pipeline_id)
+            .fetch_one(trove.state.pool.pg_pool())
+            .await
+            .expect("last success");
+    let started = Instant::now();
+    let corpus = read_corpus(&trove.url, searched).await;
+    let recalls: Vec<f64> = searches
+        .scenarios
+        .iter()
+        .map(|s| recall_of(&corpus, s, &queries.measured))
+        .collect();
+    println!(
+        "\nrecall: {} vectors read back, exact top-k in process over {} queries per scenario in {:.1} s; result lists differing from the floor's: {}",
+        corpus.vectors.len(),
+        queries.measured.len(),
+        started.elapsed().as_secs_f64(),
+        searches
+            .scenarios
+            .iter()
+            .map(|s| s.differing.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("\ningestion ({} clients):", options.clients);
+    print_ingestion(ingestion);
+    if let Some(last) = last_success {
+        println!(
+            "last version stored (its transaction's start) {:.0} ms before the first search; the poll that saw it took {:.1} ms",
+            (searches.first_at - last).num_microseconds().unwrap_or(0) as f64 / 1000.0,
+            done.poll.as_secs_f64() * 1000.0
+        );
+    }
+    print_window(searches, options.window);
+    print_scenarios(searches, &recalls, options.clients);
+    println!(
+        "metadata indexes: {}",
+        searches
+            .indexes
+            .iter()
+            .map(|(field, d)| format!("{field} {:.0} ms", d.as_secs_f64() * 1000.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    print_targets(*n, ingestion, searches, &recalls);
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BENCH_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(
+                    "warn,sqlx::query=error,sqlx::postgres::notice=info",
+                )
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let options = Options::parse();
+    let servers = app::servers();
+    println!(
+        "service bench: documents {:?}, {} clients, {} queries per scenario at 1 client, {} cores, tokio runtime shared by the service, its worker and the clients",
+        options.docs,
+        options.clients,
+        options.queries,
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    let language = Language::new(11);
+    for &n in &options.docs {
+        run_size(n, &options, &servers, &language).await;
+    }
+}
