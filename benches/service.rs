@@ -12,8 +12,9 @@
 //!    (`POST /pipelines/{id}/documents`), timed from the first request until the document list
 //!    counts every version `success` (polled every 100 ms) → documents/s and fragments/s. Then
 //!    the same on a fresh installation (a new database, a new pipeline) through
-//!    `POST /pipelines/{id}/documents/batch`: requests of up to 1,000 documents (fewer when N
-//!    is small, so that the 8 clients all have one), 8 clients.
+//!    `POST /pipelines/{id}/documents/batch`: requests of up to 1,000 documents and 2 MiB, the
+//!    largest body the interface takes (909 documents of these; fewer when N is small, so
+//!    that the 8 clients all have one), 8 clients.
 //! 3. Searches on that second pipeline, the first one started as soon as the poll has seen the
 //!    last `success` (no `ANALYZE` or anything else between), every search naming all three
 //!    classifications: similarity k 5; MMR k 5, fetch_k 20; similarity k 5 under the 5 %
@@ -39,8 +40,9 @@
 //! ingestion clients and search concurrency (8), `--batch=N` documents per bulk request at
 //! most (1000), `--window=S` the first window (5), `--queries=N` measured queries per scenario
 //! at one client (300), `--concurrent-queries=N` searches per scenario at 8 clients, at most
-//! (2000), `--concurrent-seconds=S` at most that long per scenario and path (10), `--keep`
-//! (keep the databases and print their names).
+//! (2000), `--concurrent-seconds=S` at most that long per scenario and path (10),
+//! `--wait-quiet=S` (before each ingestion, wait up to S seconds until other work leaves the
+//! CPUs under 15 % busy; 0), `--keep` (keep the databases and print their names).
 
 #![expect(
     clippy::expect_used,
@@ -70,7 +72,7 @@ use uuid::Uuid;
 
 use common::app::{self, Http, Running};
 use common::floor::{FloorSearch, floor};
-use common::measure::{load_average, pct, run_concurrent_for};
+use common::measure::{load_average, pct, run_concurrent_for, wait_quiet};
 use common::recall::{ExactQuery, Vectors, exact_top, recall};
 use common::report::{Column, print_table};
 use common::text::{Language, TOPICS};
@@ -101,6 +103,7 @@ struct Options {
     queries: usize,
     concurrent_queries: usize,
     concurrent_seconds: u64,
+    wait_quiet: u64,
     keep: bool,
 }
 
@@ -114,6 +117,7 @@ impl Options {
             queries: 300,
             concurrent_queries: 2000,
             concurrent_seconds: 10,
+            wait_quiet: 0,
             keep: false,
         };
         for arg in std::env::args().skip(1) {
@@ -128,6 +132,7 @@ impl Options {
                 Some(("--queries", v)) => options.queries = number(v).max(1),
                 Some(("--concurrent-queries", v)) => options.concurrent_queries = number(v),
                 Some(("--concurrent-seconds", v)) => options.concurrent_seconds = number(v) as u64,
+                Some(("--wait-quiet", v)) => options.wait_quiet = number(v) as u64,
                 _ if arg == "--keep" => options.keep = true,
                 _ => {} // `--bench` from cargo
             }
@@ -362,16 +367,18 @@ fn requests(submissions: &[Value], bulk: bool, options: &Options) -> (f64, Vec<V
     (submissions.len() as f64 / bodies.len() as f64, bodies)
 }
 
-/// One ingestion on a fresh installation: Trove, its pipeline, the documents submitted and
-/// processed. Returns Trove still running, for the searches.
+/// One ingestion on a fresh installation: Trove, its pipeline (and what its searches need,
+/// read before the documents come), the documents submitted and processed. Returns Trove
+/// still running, for the searches.
 async fn fresh_ingestion(
     submissions: &[Value],
     bulk: bool,
     options: &Options,
     servers: &(String, String),
-) -> (Running, Uuid, Ingestion, Done) {
+) -> (Running, Searched, Ingestion, Done) {
     let trove = app::start(&servers.0, &servers.1, true).await;
     let pipeline_id = create_pipeline(&trove.http).await;
+    let searched = Searched::new(&trove, pipeline_id, options.clients).await;
     let (per_request, bodies) = requests(submissions, bulk, options);
     let path = if bulk {
         format!("/pipelines/{pipeline_id}/documents/batch")
@@ -383,6 +390,7 @@ async fn fresh_ingestion(
     } else {
         "per document"
     };
+    wait_quiet(options.wait_quiet).await;
     println!(
         "ingesting {} documents, {mode}, {per_request:.0} per request, {} clients (load average {})",
         submissions.len(),
@@ -406,7 +414,7 @@ async fn fresh_ingestion(
         submitted,
         total,
     };
-    (trove, pipeline_id, ingestion, done)
+    (trove, searched, ingestion, done)
 }
 
 // ---- Searches ----------------------------------------------------------------------------
@@ -1071,15 +1079,16 @@ async fn run_size(n: usize, options: &Options, servers: &(String, String), langu
         .collect();
     drop(documents);
     let queries = Queries::new(language, options);
-    let (trove, pipeline_id, mut per_document, _) =
+    let started = Instant::now();
+    let (trove, searched, mut per_document, _) =
         fresh_ingestion(&submissions, false, options, servers).await;
-    per_document.fragments = count_fragments(&trove.url, pipeline_id).await;
+    per_document.fragments = count_fragments(&trove.url, searched.pipeline_id).await;
+    searched.floor_pool.close().await;
     trove.stop(options.keep).await;
-    let (trove, pipeline_id, mut bulk, done) =
+    let (trove, searched, mut bulk, done) =
         fresh_ingestion(&submissions, true, options, servers).await;
-    let searched = Searched::new(&trove, pipeline_id, options.clients).await;
     let searches = searches(&searched, &done, &queries, options).await;
-    bulk.fragments = count_fragments(&trove.url, pipeline_id).await;
+    bulk.fragments = count_fragments(&trove.url, searched.pipeline_id).await;
     let measured = Measured {
         n,
         ingestion: [per_document, bulk],
@@ -1090,6 +1099,7 @@ async fn run_size(n: usize, options: &Options, servers: &(String, String), langu
     report(&trove, &searched, &measured, options).await;
     searched.floor_pool.close().await;
     trove.stop(options.keep).await;
+    println!("N = {n}: {:.0} s in all", started.elapsed().as_secs_f64());
 }
 
 /// What one size measured.
