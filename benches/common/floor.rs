@@ -7,8 +7,8 @@ use sqlx::{PgPool, Row};
 use trove::retrieval::cost;
 use trove::retrieval::estimates::ScopeEstimates;
 use trove::retrieval::search::{
-    DistanceStrategy, NearestPath, Scope, VectorQuery, estimate_scope_cached, nearest_plan,
-    run_plan,
+    DistanceStrategy, EstimateBasis, NearestPath, Scope, VectorQuery, estimate_scope_cached,
+    nearest_plan, run_plan,
 };
 use uuid::Uuid;
 
@@ -58,7 +58,19 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
     };
     let vectors = search.estimated_rows;
     let (path, selectivity) = if restricted {
-        let estimate = estimate_scope_cached(pool, estimates, &scope, vectors)
+        // The service's basis: the vector count and the pipeline's metadata indexes.
+        let metadata_indexes: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM pipeline_indexes WHERE pipeline_id = $1 ORDER BY id",
+        )
+        .bind(search.pipeline_id)
+        .fetch_all(pool)
+        .await
+        .expect("metadata indexes");
+        let basis = EstimateBasis {
+            vectors,
+            metadata_indexes: &metadata_indexes,
+        };
+        let estimate = estimate_scope_cached(pool, estimates, &scope, &basis)
             .await
             .expect("estimate");
         (

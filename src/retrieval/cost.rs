@@ -13,11 +13,13 @@
 //!   just the admitted ones, plus [`DISTANCE_US`] per admitted fragment.
 //! - **Walk**: [`VISIT_US`] per candidate the walk visits, `max(ef_search, fetch / s)` at
 //!   selectivity `s`. The candidate list is sized so that the first list is expected to hold
-//!   [`FIRST_LIST_MARGIN`] times the rows fetched: those come out of the index in distance order
-//!   with the recall of an unfiltered walk, and the iterative scan's continuation (whose rows
-//!   may come late and out of order) is rarely needed. When that list would exceed
-//!   [`MAX_EF_SEARCH`] (a scope rarer than about `2 × fetch / 1,000`), the walk cannot promise
-//!   that recall and the search is exact whatever it costs.
+//!   [`FIRST_LIST_MARGIN`] times the rows fetched, so the admitted rows wanted lie in the
+//!   first quarter of the list, where an HNSW list is nearly exact, and the iterative scan's
+//!   continuation (whose rows may come late and out of order) is rarely needed. With twice the
+//!   rows fetched, recall@5 was 0.889 under a 5 % filter and 0.907 under a 1 % one (a list of
+//!   1,000) on the service benchmark (59,833 fragments), against 0.989 unfiltered. When the
+//!   list would exceed [`MAX_EF_SEARCH`] (a scope rarer than `4 × fetch / 1,000`: 2 % for k
+//!   5), the walk cannot promise that recall and the search is exact whatever it costs.
 //!
 //! The constants were measured on a 2-core machine (pgbench, one client, 58,841 fragments of
 //! ~2 KB rows, 384-d vectors, `m` 10): a scan testing a JSON condition on every fragment
@@ -40,7 +42,7 @@ pub const DISTANCE_US: f64 = 2.0;
 pub const VISIT_US: f64 = 10.0;
 /// How many times the rows fetched the first candidate list is expected to hold under a
 /// restricted scope.
-pub const FIRST_LIST_MARGIN: f64 = 2.0;
+pub const FIRST_LIST_MARGIN: f64 = 4.0;
 
 /// Rows an unrestricted statement fetches at least. With `relaxed_order`, rows found after the
 /// first candidate list may come out of order, so an unrestricted walk reads more than `k`
@@ -189,37 +191,35 @@ mod tests {
 
     #[test]
     fn a_moderately_selective_filter_without_an_index_walks() {
-        // 5 % of 58,841 fragments: the walk visits 200 candidates, the scan reads them all.
+        // 5 % of 58,841 fragments: the walk visits 400 candidates, the scan reads them all.
         assert_eq!(choose(58_841.0, scanned(2_942.0), 5), NearestPath::Index);
-        // 1 % of 100,000 and of 1,000,000: a list of 1,000 candidates still holds 10 rows.
-        assert_eq!(choose(100_000.0, scanned(1_000.0), 5), NearestPath::Index);
-        assert_eq!(
-            choose(1_000_000.0, scanned(10_000.0), 5),
-            NearestPath::Index
-        );
+        // 2 % of 100,000: a list of 1,000 candidates holds 20 admitted ones.
+        assert_eq!(choose(100_000.0, scanned(2_000.0), 5), NearestPath::Index);
         // A third of the classifications.
         assert_eq!(choose(60_000.0, indexed(20_000.0), 5), NearestPath::Index);
     }
 
     #[test]
-    fn a_filter_served_by_a_metadata_index_reads_its_fragments_exactly() {
+    fn a_selective_filter_served_by_a_metadata_index_reads_its_fragments_exactly() {
         assert_eq!(choose(100_000.0, indexed(1_000.0), 5), NearestPath::Exact);
-        // 1 % of 1,000,000 through its index reads 10,000 fragments (~25 ms): a walk of 1,000
-        // candidates costs less.
         assert_eq!(
             choose(1_000_000.0, indexed(10_000.0), 5),
-            NearestPath::Index
+            NearestPath::Exact
         );
-        // 5 % through an index at 58,841: 2,942 fragments read cost more than 200 visits.
+        // 5 % through an index at 58,841: 2,942 fragments read cost more than 400 visits.
         assert_eq!(choose(58_841.0, indexed(2_942.0), 5), NearestPath::Index);
     }
 
     #[test]
     fn scopes_too_rare_for_the_walk_are_exact_whatever_they_cost() {
-        // 0.1 % of 1,000,000 without an index: the list would need 10,000 candidates.
-        assert_eq!(choose(1_000_000.0, scanned(1_000.0), 5), NearestPath::Exact);
-        // 1 % with k 50 (or MMR's fetch_k 50).
-        assert_eq!(choose(100_000.0, scanned(1_000.0), 50), NearestPath::Exact);
+        // 1 % of 100,000 and of 1,000,000 without an index: the list would need 2,000.
+        assert_eq!(choose(100_000.0, scanned(1_000.0), 5), NearestPath::Exact);
+        assert_eq!(
+            choose(1_000_000.0, scanned(10_000.0), 5),
+            NearestPath::Exact
+        );
+        // 10 % with k 50 (or MMR's fetch_k 50).
+        assert_eq!(choose(100_000.0, scanned(10_000.0), 50), NearestPath::Exact);
         assert_eq!(choose(100_000.0, scanned(0.0), 5), NearestPath::Exact);
     }
 
@@ -234,50 +234,49 @@ mod tests {
     #[test]
     fn the_walk_sizes_its_list_to_the_scope() {
         // Unrestricted: at least MIN_FETCH rows, the list of the association's size.
+        let unrestricted = |vectors: f64, limit: u64| walk(vectors, None, limit);
         assert_eq!(
-            walk(100_000.0, None, 5),
+            unrestricted(100_000.0, 5),
             Some(Walk {
                 ef_search: SESSION_EF_SEARCH,
                 fetch: MIN_FETCH
             })
         );
-        assert_eq!(walk(1_000_000.0, None, 5).map(|w| w.ef_search), Some(597));
-        assert_eq!(walk(1e9, None, 5).map(|w| w.ef_search), Some(MAX_EF_SEARCH));
+        assert_eq!(unrestricted(1_000_000.0, 5).map(|w| w.ef_search), Some(597));
         assert_eq!(
-            walk(0.0, None, 300),
+            unrestricted(1e9, 5).map(|w| w.ef_search),
+            Some(MAX_EF_SEARCH)
+        );
+        assert_eq!(
+            unrestricted(0.0, 300),
             Some(Walk {
                 ef_search: 300,
                 fetch: 300
             })
         );
         assert_eq!(
-            walk(0.0, None, 65_535).map(|w| w.ef_search),
+            unrestricted(0.0, 65_535).map(|w| w.ef_search),
             Some(MAX_EF_SEARCH)
         );
-        // Restricted: k rows, a list expected to hold twice as many admitted ones.
+        // Restricted: k rows, a list expected to hold four times as many admitted ones.
+        let restricted = |vectors: f64, share: f64| walk(vectors, Some(share), 5);
         assert_eq!(
-            walk(58_841.0, Some(0.05), 5),
+            restricted(58_841.0, 0.05),
             Some(Walk {
-                ef_search: 200,
+                ef_search: 400,
                 fetch: 5
             })
         );
-        assert_eq!(walk(58_841.0, Some(0.5), 5).map(|w| w.ef_search), Some(150));
-        assert_eq!(
-            walk(1_000_000.0, Some(0.5), 5).map(|w| w.ef_search),
-            Some(597)
-        );
-        assert_eq!(
-            walk(100_000.0, Some(0.01), 5).map(|w| w.ef_search),
-            Some(1000)
-        );
-        assert_eq!(walk(100_000.0, Some(0.009), 5), None);
-        assert_eq!(walk(100_000.0, Some(0.0), 5), None);
+        assert_eq!(restricted(58_841.0, 0.5).map(|w| w.ef_search), Some(150));
+        assert_eq!(restricted(1_000_000.0, 0.5).map(|w| w.ef_search), Some(597));
+        assert_eq!(restricted(100_000.0, 0.02).map(|w| w.ef_search), Some(1000));
+        assert_eq!(restricted(100_000.0, 0.019), None);
+        assert_eq!(restricted(100_000.0, 0.0), None);
     }
 
     #[test]
     fn costs_follow_the_measurements() {
-        // The 5 % filter at 58,841 fragments: ~26 ms scanned, ~2 ms walked.
+        // The 5 % filter at 58,841 fragments: ~26 ms scanned, ~4 ms walked.
         let scope = ScopeEstimate {
             admitted: 2_942.0,
             reach: Reach::Scanned,
@@ -286,8 +285,8 @@ mod tests {
         assert!((25_000.0..35_000.0).contains(&exact), "{exact}");
         let share = selectivity(58_841.0, scope);
         let planned = walk(58_841.0, Some(share), 5);
-        assert_eq!(planned.map(|w| w.ef_search), Some(200));
+        assert_eq!(planned.map(|w| w.ef_search), Some(400));
         let walked = planned.map_or(f64::INFINITY, |w| walk_cost(w, share));
-        assert!((1_500.0..3_000.0).contains(&walked), "{walked}");
+        assert!((3_000.0..5_000.0).contains(&walked), "{walked}");
     }
 }

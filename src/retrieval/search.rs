@@ -106,20 +106,31 @@ pub async fn estimate_scope(
     explain_scope(pool, sql, values).await
 }
 
-/// [`estimate_scope`], reusing an estimate of the same scope made in the last minute while
-/// the association's vector count is the same (see [`super::estimates`]): an `ANALYZE` that
-/// changes the tables' statistics (the worker runs one after a group grows them) changes the
-/// count, so no estimate outlives the statistics it was made from.
+/// What a scope's estimate was made from, besides the scope itself: the association's vector
+/// count in the statistics and the pipeline's metadata indexes.
+pub struct EstimateBasis<'a> {
+    pub vectors: f64,
+    pub metadata_indexes: &'a [Uuid],
+}
+
+/// [`estimate_scope`], reusing an estimate of the same scope made in the last minute on the
+/// same basis (see [`super::estimates`]): an `ANALYZE` that changes the tables' statistics (the
+/// worker runs one after a group grows them) changes the vector count, and a metadata index
+/// created or dropped changes how the scope is reached, so no estimate outlives what it was
+/// made from.
 pub async fn estimate_scope_cached(
     pool: &PgPool,
     estimates: &super::estimates::ScopeEstimates,
     scope: &Scope<'_>,
-    vectors: f64,
+    basis: &EstimateBasis<'_>,
 ) -> Result<ScopeEstimate, sqlx::Error> {
     let (sql, values) = scope_count_statement(scope);
     // The statement and its values name the scope exactly (pipeline, classifications,
     // filter); the values' debug form is unambiguous for the types a scope binds.
-    let key = format!("{sql}\u{0}{:?}\u{0}{vectors}", values.0);
+    let key = format!(
+        "{sql}\u{0}{:?}\u{0}{}\u{0}{:?}",
+        values.0, basis.vectors, basis.metadata_indexes
+    );
     if let Some(estimate) = estimates.get(&key) {
         return Ok(estimate);
     }
@@ -505,7 +516,7 @@ mod tests {
         assert_eq!(plan(200, 1000.0, None), (200, Some(200), false));
         assert_eq!(plan(5, 1_000_000.0, None), (MIN_FETCH, Some(597), false));
         // A restricted scope fetches k rows with a list sized to its selectivity.
-        assert_eq!(plan(5, 58_841.0, Some(0.05)), (5, Some(200), true));
+        assert_eq!(plan(5, 58_841.0, Some(0.05)), (5, Some(400), true));
         assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, None, true));
         // Forced onto the index although too rare for it: the longest list.
         assert_eq!(

@@ -430,8 +430,12 @@ async fn resolve_scope(
                 filter: filter.clone(),
             };
             let vectors = context.ve_estimated_rows.map_or(0.0, f64::from);
+            let basis = search::EstimateBasis {
+                vectors,
+                metadata_indexes: &context.metadata_index_ids,
+            };
             let estimate =
-                search::estimate_scope_cached(&state.pool, &state.scope_estimates, &scope, vectors)
+                search::estimate_scope_cached(&state.pool, &state.scope_estimates, &scope, &basis)
                     .await?;
             (
                 cost::choose(vectors, Some(estimate), limit),

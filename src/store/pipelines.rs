@@ -197,6 +197,8 @@ pub struct SearchContext {
     /// Integer fields on which a stored version holds a value that does not convert (rule 6
     /// of the filter language).
     pub unconvertible_fields: Vec<String>,
+    /// The pipeline's metadata indexes (they change how a scope's fragments are reached).
+    pub metadata_index_ids: Vec<Uuid>,
 }
 
 impl SearchContext {
@@ -255,8 +257,8 @@ pub async fn search_context<'e>(
             Alias::new("ve_estimated_rows"),
         )
         .and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
-    // The classification names, the hierarchy pairs as two parallel arrays, and the fields
-    // rule 6 refuses filters on.
+    // The classification names, the hierarchy pairs as two parallel arrays, the fields rule 6
+    // refuses filters on, and the metadata indexes.
     for (aggregate, source, alias) in [
         (
             "c.name ORDER BY c.name",
@@ -277,6 +279,11 @@ pub async fn search_context<'e>(
             "DISTINCT c.field",
             "metadata_unconvertible AS c",
             "unconvertible_fields",
+        ),
+        (
+            "c.id ORDER BY c.id",
+            "pipeline_indexes AS c",
+            "metadata_index_ids",
         ),
     ] {
         select.expr_as(
