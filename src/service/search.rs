@@ -73,6 +73,15 @@ impl EffectiveParams {
     }
 
     /// The parsed parameters as the interface echoes them (`details.params`).
+    /// Rows a vector search's statement selects: `k`, or MMR's `fetch_k`.
+    fn statement_rows(&self, kind: SearchKind) -> u64 {
+        if kind == SearchKind::Mmr {
+            self.fetch_k
+        } else {
+            self.k
+        }
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
             "k": self.k,
@@ -274,13 +283,8 @@ pub async fn run_with(
         wants_vector,
         query_vector,
     );
-    let vector_limit = (wants_vector && matches!(vector_target, Some(Ok(_)))).then_some(
-        if input.kind == SearchKind::Mmr {
-            params.fetch_k
-        } else {
-            params.k
-        },
-    );
+    let vector_limit = (wants_vector && matches!(vector_target, Some(Ok(_))))
+        .then(|| params.statement_rows(input.kind));
     let scope_parts = resolve_scope(state, &context, &input, pipeline_id, vector_limit);
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
     let parts = scope_parts?;
