@@ -199,7 +199,8 @@ pub struct NearestPlan {
     pub arguments: PgArguments,
     /// The `hnsw.ef_search` the statement needs when it differs from [`SESSION_EF_SEARCH`].
     pub ef_search: Option<u64>,
-    /// The path was chosen for a restricted scope by cost: sorts are disabled for the
+    /// The path was chosen for a restricted scope by cost and its list differs from the
+    /// session's (so the statement runs in a transaction anyway): sorts are disabled for the
     /// statement so that the planner walks the index rather than sorting what a scan of the
     /// scope returns (the plan it would pick when its estimate of the scope is off), and the
     /// iterative scan keeps strict order, so the `k` rows fetched are the nearest admitted
@@ -263,7 +264,11 @@ pub fn nearest_plan(
         ef_search: walk
             .map(|w| w.ef_search)
             .filter(|&ef| ef != SESSION_EF_SEARCH),
-        walk_only: walk.is_some() && query.selectivity.is_some() && order == Distance::Cosine,
+        // A transaction is only worth it when the list differs anyway: at the session's list a
+        // scope of a fifth or more is walked by the planner's own choice.
+        walk_only: walk.is_some_and(|w| w.ef_search != SESSION_EF_SEARCH)
+            && query.selectivity.is_some()
+            && order == Distance::Cosine,
         fetch,
     })
 }
@@ -525,7 +530,7 @@ mod tests {
         assert_eq!(plan(200, 1000.0, None), (200, Some(200), false));
         assert_eq!(plan(5, 1_000_000.0, None), (MIN_FETCH, Some(597), false));
         // A restricted scope fetches k rows with a list sized to its selectivity.
-        assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, None, true));
+        assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, None, false));
         assert_eq!(plan(5, 1_000_000.0, Some(0.5)), (5, Some(597), true));
         // Forced onto the index although too rare for it: the longest list.
         assert_eq!(
