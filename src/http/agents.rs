@@ -223,8 +223,8 @@ pub struct RunAgentBody {
     #[serde(default)]
     filters: Option<extract::Opaque<HashMap<String, Filter>>>,
     /// Execution: `true` or omitted NDJSON, `"sse"` server-sent events, `false` plain text.
-    /// Kept as written: this body is read without a nesting limit (filters nest to any
-    /// depth), and a value of any other field is not built into a tree.
+    // Kept as written: this body is read without a nesting limit (filters nest to any
+    // depth), and a value of any other field is not built into a tree.
     #[serde(default)]
     stream: Option<extract::Opaque<Box<serde_json::value::RawValue>>>,
     /// Execution: keep a trace for 60 minutes (header `x-service-tracing-id`).
