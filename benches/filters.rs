@@ -22,16 +22,15 @@
     reason = "a load tool: failures abort the run"
 )]
 
-use std::collections::HashMap;
+#[path = "common/mod.rs"]
+#[allow(dead_code, reason = "each bench uses part of the shared code")]
+mod common;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-use trove::config::{Config, QueueNames};
-use trove::startup::Application;
-use uuid::Uuid;
 
-const SECRET: &str = "BenchBenchBenchBenchBenchBenchBenchBenchBench+/0";
+use common::app::{self, Http};
 
 fn option(name: &str, default: usize) -> usize {
     std::env::args()
@@ -42,60 +41,22 @@ fn option(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn url_with_db(admin: &str, db: &str) -> String {
-    let (base, query) = admin
-        .split_once('?')
-        .map_or((admin, None), |(b, q)| (b, Some(q)));
-    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
-    match query {
-        Some(q) => format!("{root}/{db}?{q}"),
-        None => format!("{root}/{db}"),
-    }
-}
-
-struct Http {
-    client: reqwest::Client,
-    base: String,
-    key: String,
-}
-
-impl Http {
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.client
-            .request(method, format!("{}{path}", self.base))
-            .header("x-api-key", &self.key)
-            .header("x-api-key-secret", SECRET)
-    }
-
-    async fn json(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self.request(method, path);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("http");
-        let status = response.status();
-        let value: Value = response.json().await.expect("json body");
-        assert!(status.is_success(), "{path}: {status} {value}");
-        value
-    }
-
-    /// One search with a body given as text; the time and the number of results.
-    async fn search(&self, path: &str, body: &str) -> (Duration, usize) {
-        let started = Instant::now();
-        let response = self
-            .request(reqwest::Method::POST, path)
-            .header("content-type", "application/json")
-            .body(body.to_owned())
-            .send()
-            .await
-            .expect("search");
-        let status = response.status();
-        let text = response.text().await.expect("search body");
-        let elapsed = started.elapsed();
-        assert!(status.is_success(), "search: {status} {text:.300}");
-        let hits: Vec<Value> = serde_json::from_str(&text).expect("search json");
-        (elapsed, hits.len())
-    }
+/// One search with a body given as text; the time and the number of results.
+async fn search_text(http: &Http, path: &str, body: &str) -> (Duration, usize) {
+    let started = Instant::now();
+    let response = http
+        .request(reqwest::Method::POST, path)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("search");
+    let status = response.status();
+    let text = response.text().await.expect("search body");
+    let elapsed = started.elapsed();
+    assert!(status.is_success(), "search: {status} {text:.300}");
+    let hits: Vec<Value> = serde_json::from_str(&text).expect("search json");
+    (elapsed, hits.len())
 }
 
 /// The filters measured, as `(name, JSON text)`, each under 2 MB inside the body.
@@ -145,50 +106,9 @@ fn filters() -> Vec<(&'static str, String)> {
 async fn main() {
     let docs = option("docs", 5_000);
     let runs = option("runs", 5).max(1);
-    let admin = std::env::var("TROVE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned());
-    let nats = std::env::var("TROVE_TEST_NATS_URL")
-        .unwrap_or_else(|_| "nats://127.0.0.1:54222".to_owned());
-    let database = format!("trove_bench_filters_{}", Uuid::new_v4().simple());
-    let mut admin_conn = PgConnection::connect(&admin).await.expect("postgres");
-    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .execute(&mut admin_conn)
-        .await
-        .expect("create database");
-    let master = Uuid::new_v4();
-    let env: HashMap<&str, String> = HashMap::from([
-        ("TROVE_DATABASE_URL", url_with_db(&admin, &database)),
-        ("TROVE_NATS_URL", nats.clone()),
-        ("TROVE_LISTEN", "127.0.0.1:0".to_owned()),
-        ("TROVE_MASTER_KEY_ID", master.to_string()),
-        ("TROVE_MASTER_KEY_SECRET", SECRET.to_owned()),
-        (
-            "TROVE_SECRET",
-            "YmVuY2hiZW5jaGJlbmNoYmVuY2hiZW5jaGJlbmNoYmU=".to_owned(),
-        ),
-        ("TROVE_WORKER", "false".to_owned()),
-        ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
-        ("TROVE_LOG", "warn".to_owned()),
-    ]);
-    let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("config");
-    let tag = Uuid::new_v4().simple().to_string();
-    config.queue = QueueNames {
-        stream: format!("BENCH_{tag}"),
-        subject_prefix: format!("bench.{tag}"),
-        consumer: format!("bench-{tag}"),
-        ..QueueNames::default()
-    };
-    let app = Application::build(config).await.expect("trove starts");
-    let state = app.state().clone();
-    let http = Http {
-        client: reqwest::Client::new(),
-        base: format!("http://{}", app.local_addr()),
-        key: master.to_string(),
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
+    let (admin, nats) = app::servers();
+    let trove = app::start(&admin, &nats, false).await;
+    let (state, http) = (&trove.state, &trove.http);
 
     let model = http
         .json(reqwest::Method::GET, "/embedding-models?name=default", None)
@@ -232,7 +152,7 @@ async fn main() {
         )
         .await;
     }
-    let worker = trove::startup::build_worker(&state).await.expect("worker");
+    let worker = trove::startup::build_worker(state).await.expect("worker");
     let mut stored = 0;
     while stored < docs {
         let outcome = worker
@@ -254,10 +174,10 @@ async fn main() {
             "{name}: {} bytes",
             body.len()
         );
-        let (_, results) = http.search(&path, &body).await;
+        let (_, results) = search_text(http, &path, &body).await;
         let mut times: Vec<Duration> = Vec::with_capacity(runs);
         for _ in 0..runs {
-            times.push(http.search(&path, &body).await.0);
+            times.push(search_text(http, &path, &body).await.0);
         }
         times.sort();
         println!(
@@ -269,12 +189,5 @@ async fn main() {
         );
     }
 
-    let _ = stop.send(());
-    let _ = server.await;
-    drop(state);
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
-    )))
-    .execute(&mut admin_conn)
-    .await;
+    trove.stop(false).await;
 }

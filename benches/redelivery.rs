@@ -33,6 +33,10 @@
     reason = "a measuring tool: failures abort the run"
 )]
 
+#[path = "common/mod.rs"]
+#[allow(dead_code, reason = "each bench uses part of the shared code")]
+mod common;
+
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -467,18 +471,8 @@ async fn main() {
         (1..=200).contains(&count),
         "a worker holds at most 200 jobs (two batches of 100)"
     );
-    let admin = std::env::var("TROVE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned());
-    let database = format!("trove_bench_{}", Uuid::new_v4().simple());
-    let mut admin_conn = PgConnection::connect(&admin)
-        .await
-        .expect("database server");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .execute(&mut admin_conn)
-        .await
-        .expect("create db");
-    let root = admin.rsplit_once('/').map_or(admin.as_str(), |(r, _)| r);
-    let database_url = format!("{root}/{database}");
+    let (admin, _) = common::app::servers();
+    let (database, database_url, mut admin_conn) = common::app::create_database(&admin).await;
     let nats = OwnNats::start();
 
     let (base, master) = start_api(&database_url, &nats.url()).await;

@@ -40,17 +40,24 @@ pub struct Running {
     server: JoinHandle<std::io::Result<()>>,
 }
 
-/// Creates a database and starts Trove on it (API, and the worker when `worker`), with the
-/// HNSW parameters of the environment (`TROVE_HNSW_*`) as the service reads them.
-pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
+/// A new database on the server of `admin`: its name, its URL, and the connection to `admin`
+/// that created it (and drops it).
+pub async fn create_database(admin: &str) -> (String, String, PgConnection) {
     let database = format!("trove_bench_{}", Uuid::new_v4().simple());
     let mut admin_conn = PgConnection::connect(admin).await.expect("database server");
     sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")))
         .execute(&mut admin_conn)
         .await
         .expect("create db");
-    let root = admin.rsplit_once('/').map_or(admin, |(r, _)| r).to_owned();
+    let root = admin.rsplit_once('/').map_or(admin, |(r, _)| r);
     let url = format!("{root}/{database}");
+    (database, url, admin_conn)
+}
+
+/// Creates a database and starts Trove on it (API, and the worker when `worker`), with the
+/// HNSW parameters of the environment (`TROVE_HNSW_*`) as the service reads them.
+pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
+    let (database, url, admin_conn) = create_database(admin).await;
     let master = Uuid::new_v4();
     let env = HashMap::from([
         ("TROVE_DATABASE_URL", url.clone()),
