@@ -75,7 +75,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
             .expect("estimate");
         (
             cost::choose(vectors, Some(estimate), search.limit),
-            Some(cost::selectivity(vectors.max(estimate.admitted), estimate)),
+            Some(cost::selectivity(vectors, estimate)),
         )
     } else {
         (NearestPath::Index, None)

@@ -150,8 +150,10 @@ pub fn walk_cost(walk: Walk, selectivity: f64) -> f64 {
     visits * VISIT_US
 }
 
-/// The share of an association of `vectors` vectors a scope admits (at most 1).
+/// The share of an association of `vectors` vectors (the planner's count; 0 or negative when
+/// unknown, then taken as the scope's own size) a scope admits (at most 1).
 pub fn selectivity(vectors: f64, scope: ScopeEstimate) -> f64 {
+    let vectors = vectors.max(scope.admitted);
     if vectors <= 0.0 {
         return 1.0;
     }

@@ -443,7 +443,7 @@ async fn resolve_scope(
                     .await?;
             (
                 cost::choose(vectors, Some(estimate), limit),
-                Some(cost::selectivity(vectors.max(estimate.admitted), estimate)),
+                Some(cost::selectivity(vectors, estimate)),
             )
         }
         _ => (NearestPath::Index, None),
