@@ -184,6 +184,27 @@ fn logical_forms() {
     );
 }
 
+/// Comparisons of one field that one list test expresses are merged into it: equalities
+/// and `$in`s under an `$or`, inequalities and `$not-in`s under an `$and` (or a field map's
+/// nested `$and`s); other operators, other fields and the other connective stay apart.
+#[test]
+fn comparisons_merged_into_lists() {
+    snapshot(
+        "filter_or_of_equalities",
+        r#"{"$or": [{"year": {"$eq": 1965}}, {"title": {"$eq": "Dune"}}, {"year": {"$in": [1984, 1990]}},
+                    {"year": {"$gt": 2000}}, {"title": {"$eq": "Emma"}}, {"year": {"$eq": 2001}}]}"#,
+    );
+    snapshot(
+        "filter_and_of_inequalities",
+        r#"{"$and": [{"year": {"$neq": 1965}}, {"year": {"$not-in": [1984]}}, {"title": {"$neq": "Dune"}},
+                     {"$and": [{"year": {"$neq": 2001}}]}, {"price": {"$neq": 1}}]}"#,
+    );
+    snapshot(
+        "filter_and_of_equalities_unmerged",
+        r#"{"$and": [{"year": {"$eq": 1965}}, {"year": {"$eq": 1984}}, {"$or": [{"year": {"$neq": 1}}, {"year": {"$neq": 2}}]}]}"#,
+    );
+}
+
 fn start(field: &str, value: &str, taxonomy_id: &str) -> TeqStart {
     TeqStart {
         field: field.into(),

@@ -39,7 +39,10 @@
 //!
 //! Constants are folded (`x AND TRUE` → `x`, `x OR TRUE` → `TRUE`, `NOT NOT x` → `x`, …),
 //! nested `AND`s and `OR`s are flattened; each rewrite holds in three-valued logic. So a chain
-//! of `$not`, `$and` or `$or` of any depth compiles to a shallow expression.
+//! of `$not`, `$and` or `$or` of any depth compiles to a shallow expression. Under an OR
+//! the `$eq`s and `$in`s of one field become one `= ANY(list)`, under an AND its `$neq`s and
+//! `$not-in`s one `<> ALL(list)` (both forms are unknown exactly where the field is missing
+//! or null), so a filter of tens of thousands of such comparisons binds one array.
 //!
 //! Filters nest to any depth, so nothing here recurses over the filter: the typed filter and
 //! the boolean expression are flat lists of nodes. The result is a sea-query expression when
@@ -48,6 +51,8 @@
 //! rendered here, without recursion, into one SQL expression with its bound values
 //! ([`compile_flat`] gives that form for any filter).
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt::Write as _;
 
 use sea_query::extension::postgres::{PgExpr as _, PgFunc};
@@ -399,6 +404,70 @@ impl Leaf {
     }
 }
 
+/// The element types of the lists [`Tree::merge_lists`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ElementType {
+    Text,
+    BigInt,
+    Double,
+    Bool,
+}
+
+impl ElementType {
+    /// The type of a bound scalar, `None` for any other value.
+    fn of(value: &Value) -> Option<Self> {
+        match value {
+            Value::String(Some(_)) => Some(Self::Text),
+            Value::BigInt(Some(_)) => Some(Self::BigInt),
+            Value::Double(Some(_)) => Some(Self::Double),
+            Value::Bool(Some(_)) => Some(Self::Bool),
+            _ => None,
+        }
+    }
+
+    fn of_array(array_type: &ArrayType) -> Option<Self> {
+        match array_type {
+            ArrayType::String => Some(Self::Text),
+            ArrayType::BigInt => Some(Self::BigInt),
+            ArrayType::Double => Some(Self::Double),
+            ArrayType::Bool => Some(Self::Bool),
+            _ => None,
+        }
+    }
+
+    fn array_type(self) -> ArrayType {
+        match self {
+            Self::Text => ArrayType::String,
+            Self::BigInt => ArrayType::BigInt,
+            Self::Double => ArrayType::Double,
+            Self::Bool => ArrayType::Bool,
+        }
+    }
+}
+
+impl Leaf {
+    /// The values this comparison tests the field against as a list test `op` would: an
+    /// `$eq` (for `In`) or `$neq` (for `NotIn`) of a bound value, or a bound list of `op`.
+    /// `None` for every other comparison, and for values bound as text to cast.
+    fn list_values(&self, op: MembershipOp) -> Option<(ElementType, Vec<Value>)> {
+        let single = match op {
+            MembershipOp::In => CompareOp::Eq,
+            MembershipOp::NotIn => CompareOp::Neq,
+        };
+        match &self.test {
+            Test::Compare(compare, Bound::Value(value)) if *compare == single => {
+                Some((ElementType::of(value)?, vec![value.clone()]))
+            }
+            Test::Membership(list_op, Bound::Value(Value::Array(array_type, Some(values))))
+                if *list_op == op =>
+            {
+                Some((ElementType::of_array(array_type)?, values.to_vec()))
+            }
+            _ => None,
+        }
+    }
+}
+
 impl Bound {
     /// The bound value and the type it is cast to, if any.
     fn clone_parts(&self) -> (Value, Option<&'static str>) {
@@ -446,6 +515,7 @@ impl Tree {
                 _ => kept.push(part),
             }
         }
+        let kept = self.merge_lists(kept, MembershipOp::NotIn);
         match kept.as_slice() {
             [] => self.push(Logic::Const(true)),
             [only] => *only,
@@ -465,11 +535,55 @@ impl Tree {
                 _ => kept.push(part),
             }
         }
+        let kept = self.merge_lists(kept, MembershipOp::In);
         match kept.as_slice() {
             [] => self.push(Logic::Const(false)),
             [only] => *only,
             _ => self.push(Logic::Or(kept)),
         }
+    }
+
+    /// The parts of an AND (`op` `NotIn`) or an OR (`op` `In`) with the comparisons of each
+    /// field that one list test expresses merged into it, at the place of the first: in an
+    /// OR, the `$eq`s and `$in`s of a field are one `= ANY(all their values)`; in an AND, its
+    /// `$neq`s and `$not-in`s one `<> ALL(…)`. Both forms are unknown exactly where the field
+    /// is missing or null, and otherwise agree, so the rewrite holds in three-valued logic;
+    /// a filter of tens of thousands of such comparisons becomes one bound array.
+    fn merge_lists(&mut self, parts: Vec<usize>, op: MembershipOp) -> Vec<usize> {
+        // (field, element type) → (its place in `merged`, the values of its parts, how many).
+        let mut groups: HashMap<(String, ElementType), (usize, Vec<Value>, usize)> = HashMap::new();
+        let mut merged: Vec<usize> = Vec::with_capacity(parts.len());
+        for part in parts {
+            let candidate = match &self.nodes[part] {
+                Logic::Leaf(leaf) => leaf.list_values(op).map(|list| (leaf.field.clone(), list)),
+                _ => None,
+            };
+            let Some((field, (element_type, values))) = candidate else {
+                merged.push(part);
+                continue;
+            };
+            match groups.entry((field, element_type)) {
+                Entry::Occupied(mut group) => {
+                    let (_, list, count) = group.get_mut();
+                    list.extend(values);
+                    *count += 1;
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert((merged.len(), values, 1));
+                    merged.push(part);
+                }
+            }
+        }
+        for ((field, element_type), (position, values, count)) in groups {
+            if count > 1 {
+                let list = Value::Array(element_type.array_type(), Some(Box::new(values)));
+                merged[position] = self.push(Logic::Leaf(Leaf {
+                    field,
+                    test: Test::Membership(op, Bound::Value(list)),
+                }));
+            }
+        }
+        merged
     }
 
     fn not(&mut self, part: usize) -> usize {
