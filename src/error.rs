@@ -215,61 +215,31 @@ impl ApiError {
         }
     }
 
-    /// `(message, details)` of the JSON error body; `None` for plain-text errors.
-    fn message_and_details(&self) -> Option<(String, Option<Value>)> {
-        let pair = match self {
-            Self::InvalidParameter(reason) => (
-                "Invalid parameter".to_owned(),
-                Some(json!({ "error": reason })),
+    /// The message of the error body (or the text of a plain-text error), from the same
+    /// table as the HTTP response; other transports (MCP) report it.
+    pub fn message(&self) -> String {
+        match self {
+            Self::InvalidParameter(_) | Self::BatchItem { .. } => "Invalid parameter".to_owned(),
+            Self::InvalidObjectType => "Invalid object type".to_owned(),
+            Self::Pagination => "Pagination error".to_owned(),
+            Self::InvalidOrderBy(_) => "Invalid order_by parameter".to_owned(),
+            Self::InvalidInterval(value) => format!(
+                "Invalid interval format: {value}. Must be a valid Prometheus duration (e.g., 15m, 1h, 24h)."
             ),
-            Self::InvalidObjectType => ("Invalid object type".to_owned(), None),
-            Self::Pagination => ("Pagination error".to_owned(), None),
-            Self::InvalidOrderBy(values) => {
-                ("Invalid order_by parameter".to_owned(), Some(json!(values)))
-            }
-            Self::InvalidInterval(value) => (
-                format!(
-                    "Invalid interval format: {value}. Must be a valid Prometheus duration (e.g., 15m, 1h, 24h)."
-                ),
-                None,
-            ),
-            Self::Schema => ("Schema error".to_owned(), None),
-            Self::InvalidMetadata(details) => (
-                "Invalid metadata".to_owned(),
-                Some(Value::Object(details.clone())),
-            ),
-            Self::ClassificationMismatch => ("Classification mismatch".to_owned(), None),
-            Self::InvalidVersion => ("Invalid version".to_owned(), None),
-            Self::InvalidSearchType => ("Invalid search type or parameters".to_owned(), None),
-            Self::InvalidHeaderId(message) => (message.clone(), None),
-            Self::MissingRelayHeaders => (
-                "Missing required headers: either all of X-Agent-Id, X-Pipeline-Id, and X-Pipeline-Classification must be provided, or none of them".to_owned(),
-                None,
-            ),
-            Self::InvalidPromptType => ("Invalid prompt type".to_owned(), None),
-            Self::InvalidPrompt => ("Invalid prompt".to_owned(), None),
-            Self::InvalidPlaceholder(kind) => (format!("Invalid placeholder of type {kind}"), None),
-            Self::BatchItem { index, error } => {
-                let mut item = serde_json::Map::new();
-                item.insert("index".to_owned(), json!(index));
-                item.insert("status".to_owned(), json!(error.status().as_u16()));
-                item.insert("message".to_owned(), Value::String(error.message()));
-                if let Some((_, Some(details))) = error.message_and_details() {
-                    item.insert("details".to_owned(), details);
-                }
-                ("Invalid parameter".to_owned(), Some(Value::Object(item)))
-            }
-            Self::VectorEmbeddingNotFound(id) => (
-                "Vector embedding not found".to_owned(),
-                Some(json!({ "embedding_id": id })),
-            ),
-            Self::NoApiKey => ("Unauthorized: No API Key specified.".to_owned(), None),
-            Self::NoApiSecret => (
-                "Unauthorized: No API Secret Key specified.".to_owned(),
-                None,
-            ),
-            Self::InvalidKeyId => ("Invalid key ID".to_owned(), None),
-            Self::InvalidKeyOrSecret => ("Invalid API Key or Secret".to_owned(), None),
+            Self::Schema => "Schema error".to_owned(),
+            Self::InvalidMetadata(_) => "Invalid metadata".to_owned(),
+            Self::ClassificationMismatch => "Classification mismatch".to_owned(),
+            Self::InvalidVersion => "Invalid version".to_owned(),
+            Self::InvalidSearchType => "Invalid search type or parameters".to_owned(),
+            Self::MissingRelayHeaders => "Missing required headers: either all of X-Agent-Id, X-Pipeline-Id, and X-Pipeline-Classification must be provided, or none of them".to_owned(),
+            Self::InvalidPromptType => "Invalid prompt type".to_owned(),
+            Self::InvalidPrompt => "Invalid prompt".to_owned(),
+            Self::InvalidPlaceholder(kind) => format!("Invalid placeholder of type {kind}"),
+            Self::VectorEmbeddingNotFound(_) => "Vector embedding not found".to_owned(),
+            Self::NoApiKey => "Unauthorized: No API Key specified.".to_owned(),
+            Self::NoApiSecret => "Unauthorized: No API Secret Key specified.".to_owned(),
+            Self::InvalidKeyId => "Invalid key ID".to_owned(),
+            Self::InvalidKeyOrSecret => "Invalid API Key or Secret".to_owned(),
             Self::AccessDenied {
                 level,
                 object_type,
@@ -279,78 +249,103 @@ impl ApiError {
                     Some(id) => format!("Some({id})"),
                     None => "None".to_owned(),
                 };
-                (
-                    format!(
-                        "Unauthorized: access level {level} required for {} with id {id}",
-                        object_type.key()
-                    ),
-                    None,
+                format!(
+                    "Unauthorized: access level {level} required for {} with id {id}",
+                    object_type.key()
                 )
             }
-            Self::LicenseExpired => ("Invalid license: Expired".to_owned(), None),
+            Self::LicenseExpired => "Invalid license: Expired".to_owned(),
             Self::LicenseExceeded(types) => {
                 let keys: Vec<&str> = types.iter().map(|t| t.key()).collect();
-                (
-                    format!("Invalid license: Exceeded(\"{}\")", keys.join(", ")),
-                    None,
-                )
+                format!("Invalid license: Exceeded(\"{}\")", keys.join(", "))
             }
-            Self::LicenseLimit(object_type) => (
-                format!("License limits exceeded for {}", object_type.display_name()),
-                None,
-            ),
-            Self::NotFound { message, id } => {
-                ((*message).to_owned(), id.map(|id| json!({ "id": id })))
+            Self::LicenseLimit(object_type) => {
+                format!("License limits exceeded for {}", object_type.display_name())
             }
-            Self::ObjectNotFound { type_name, id } => {
-                (format!("{type_name} with id {id} not found"), None)
-            }
-            Self::ConflictUnique => ("Conflict unique error".to_owned(), None),
-            Self::ConflictRelated => ("Conflict related error".to_owned(), None),
-            Self::NotImplemented(message) => ((*message).to_owned(), None),
-            Self::FullTextDisabled(params) => (
-                "Full text search is not enabled for this pipeline".to_owned(),
-                Some(json!({ "params": params })),
-            ),
-            Self::Internal(reason) => (
-                "Internal error".to_owned(),
-                Some(json!({ "error": reason })),
-            ),
-            Self::Database(message) => (message.clone(), None),
-            Self::DatabaseConnection(reason) => {
-                (format!("Database connection error: {reason}"), None)
-            }
-            Self::Nats(_) => ("NATS error".to_owned(), None),
-            Self::Decryption => ("Decryption error".to_owned(), None),
-            Self::Grpc(status) => (
-                "Internal error".to_owned(),
-                Some(json!({ "error": format!("gRPC error: {status}") })),
-            ),
-            Self::StreamInfo(reason) => (format!("Failed to get stream info: {reason}"), None),
-            Self::Stream(reason) => (format!("Stream error: {reason}"), None),
-            Self::ModelServerUnreachable(message) => (message.clone(), None),
-            Self::Plain { .. } => return None,
-        };
-        Some(pair)
+            Self::NotFound { message, .. } | Self::NotImplemented(message) => (*message).to_owned(),
+            Self::ObjectNotFound { type_name, id } => format!("{type_name} with id {id} not found"),
+            Self::ConflictUnique => "Conflict unique error".to_owned(),
+            Self::ConflictRelated => "Conflict related error".to_owned(),
+            Self::FullTextDisabled(_) => "Full text search is not enabled for this pipeline".to_owned(),
+            Self::Internal(_) | Self::Grpc(_) => "Internal error".to_owned(),
+            Self::InvalidHeaderId(message)
+            | Self::Database(message)
+            | Self::ModelServerUnreachable(message)
+            | Self::Plain { message, .. } => message.clone(),
+            Self::DatabaseConnection(reason) => format!("Database connection error: {reason}"),
+            Self::Nats(_) => "NATS error".to_owned(),
+            Self::Decryption => "Decryption error".to_owned(),
+            Self::StreamInfo(reason) => format!("Failed to get stream info: {reason}"),
+            Self::Stream(reason) => format!("Stream error: {reason}"),
+        }
     }
 
-    /// The message of the error body (or the text of a plain-text error), from the same
-    /// table as the HTTP response; other transports (MCP) report it.
-    pub fn message(&self) -> String {
-        match (self.message_and_details(), self) {
-            (Some((message, _)), _) => message,
-            (None, Self::Plain { message, .. }) => message.clone(),
-            (None, other) => other.to_string(),
+    /// The `details` of the JSON error body, for the errors that have them.
+    fn details(&self) -> Option<Value> {
+        match self {
+            Self::InvalidParameter(reason) | Self::Internal(reason) => {
+                Some(json!({ "error": reason }))
+            }
+            Self::InvalidOrderBy(values) => Some(json!(values)),
+            Self::InvalidMetadata(details) => Some(Value::Object(details.clone())),
+            Self::BatchItem { index, error } => {
+                let mut item = serde_json::Map::new();
+                item.insert("index".to_owned(), json!(index));
+                item.insert("status".to_owned(), json!(error.status().as_u16()));
+                item.insert("message".to_owned(), Value::String(error.message()));
+                if let Some(details) = error.details() {
+                    item.insert("details".to_owned(), details);
+                }
+                Some(Value::Object(item))
+            }
+            Self::VectorEmbeddingNotFound(id) => Some(json!({ "embedding_id": id })),
+            Self::NotFound { id, .. } => id.map(|id| json!({ "id": id })),
+            Self::FullTextDisabled(params) => Some(json!({ "params": params })),
+            Self::Grpc(status) => Some(json!({ "error": format!("gRPC error: {status}") })),
+            Self::InvalidObjectType
+            | Self::Pagination
+            | Self::InvalidInterval(_)
+            | Self::Schema
+            | Self::ClassificationMismatch
+            | Self::InvalidVersion
+            | Self::InvalidSearchType
+            | Self::InvalidHeaderId(_)
+            | Self::MissingRelayHeaders
+            | Self::InvalidPromptType
+            | Self::InvalidPrompt
+            | Self::InvalidPlaceholder(_)
+            | Self::NoApiKey
+            | Self::NoApiSecret
+            | Self::InvalidKeyId
+            | Self::InvalidKeyOrSecret
+            | Self::AccessDenied { .. }
+            | Self::LicenseExpired
+            | Self::LicenseExceeded(_)
+            | Self::LicenseLimit(_)
+            | Self::ObjectNotFound { .. }
+            | Self::ConflictUnique
+            | Self::ConflictRelated
+            | Self::NotImplemented(_)
+            | Self::Database(_)
+            | Self::DatabaseConnection(_)
+            | Self::Nats(_)
+            | Self::Decryption
+            | Self::StreamInfo(_)
+            | Self::Stream(_)
+            | Self::ModelServerUnreachable(_)
+            | Self::Plain { .. } => None,
         }
     }
 
     /// The JSON body `{"error": {"message", "details"?}}`; `None` for the plain-text errors
     /// of §Errors "Responses without the JSON body" (their text is [`ApiError::message`]).
     pub fn json_body(&self) -> Option<Value> {
-        let (message, details) = self.message_and_details()?;
+        if let Self::Plain { .. } = self {
+            return None;
+        }
         let mut error = serde_json::Map::new();
-        error.insert("message".to_owned(), Value::String(message));
-        if let Some(details) = details {
+        error.insert("message".to_owned(), Value::String(self.message()));
+        if let Some(details) = self.details() {
             error.insert("details".to_owned(), details);
         }
         Some(json!({ "error": Value::Object(error) }))

@@ -136,9 +136,40 @@ pub async fn store_group(
         .bind(pipeline_id)
         .execute(&mut *tx)
         .await?;
+    let pending = lock_pending_versions(&mut tx, versions).await?;
+    let stored: Vec<bool> = versions
+        .iter()
+        .map(|v| pending.contains(&(v.document_id, v.version)))
+        .collect();
+    let fragments = FragmentColumns::of(versions, &stored);
+    insert_fragments(&mut tx, pipeline_id, &fragments).await?;
+    if let Some(table) = vector_table
+        && !fragments.vectors.is_empty()
+    {
+        vectors::insert(
+            &mut tx,
+            table.vector_embedding_id,
+            table.dimensions,
+            &fragments.ids,
+            &fragments.vectors,
+        )
+        .await?;
+    }
+    mark_success(&mut tx, &pending).await?;
+    expire_older_versions(&mut tx, versions, &stored).await?;
+    tx.commit().await?;
+    Ok(stored)
+}
+
+/// Locks the group's versions that are still `pending` and returns them as
+/// `(document id, version)`; the others were stored by an earlier delivery or deleted.
+async fn lock_pending_versions(
+    tx: &mut sqlx::PgConnection,
+    versions: &[ProcessedVersion<'_>],
+) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
     let (ids, numbers): (Vec<Uuid>, Vec<i64>) =
         versions.iter().map(|v| (v.document_id, v.version)).unzip();
-    let pending: Vec<(Uuid, i64)> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT d.id, d.version FROM documents d
          JOIN unnest($1::uuid[], $2::bigint[]) AS j (id, version) ON d.id = j.id AND d.version = j.version
          WHERE d.status = 'pending' FOR UPDATE OF d",
@@ -146,71 +177,69 @@ pub async fn store_group(
     .bind(&ids)
     .bind(&numbers)
     .fetch_all(&mut *tx)
-    .await?;
-    let stored: Vec<bool> = versions
-        .iter()
-        .map(|v| pending.contains(&(v.document_id, v.version)))
-        .collect();
+    .await
+}
 
-    let fragments = FragmentColumns::of(versions, &stored);
-    if !fragments.ids.is_empty() {
-        sqlx::query(
-            "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
-                                    content, expired_at, tsv)
-             SELECT u.id, $1, u.document_id, u.version, u.order_id, u.classification, u.metadata, u.content,
-                    u.expired_at,
-                    CASE WHEN u.txt IS NULL THEN NULL
-                         ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
-             FROM unnest($2::uuid[], $3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::jsonb[], $8::bytea[],
-                         $9::timestamptz[], $10::text[], $11::text[])
-                  AS u (id, document_id, version, order_id, classification, metadata, content, expired_at, txt, cfg)",
-        )
-        .bind(pipeline_id)
-        .bind(&fragments.ids)
-        .bind(&fragments.document_ids)
-        .bind(&fragments.versions)
-        .bind(&fragments.order_ids)
-        .bind(&fragments.classifications)
-        .bind(&fragments.metadata)
-        .bind(&fragments.contents)
-        .bind(&fragments.expired)
-        .bind(&fragments.texts)
-        .bind(&fragments.configs)
-        .execute(&mut *tx)
-        .await?;
-        if let Some(table) = vector_table
-            && !fragments.vectors.is_empty()
-        {
-            vectors::insert(
-                &mut tx,
-                table.vector_embedding_id,
-                table.dimensions,
-                &fragments.ids,
-                &fragments.vectors,
-            )
-            .await?;
-        }
+/// Inserts the stored versions' fragments in one statement, with their full-text vectors
+/// built by the database from the plain text (which is not kept).
+async fn insert_fragments(
+    tx: &mut sqlx::PgConnection,
+    pipeline_id: Uuid,
+    fragments: &FragmentColumns<'_>,
+) -> Result<(), sqlx::Error> {
+    if fragments.ids.is_empty() {
+        return Ok(());
     }
-    let (done_ids, done_versions): (Vec<Uuid>, Vec<i64>) = pending.iter().copied().unzip();
+    sqlx::query(
+        "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
+                                content, expired_at, tsv)
+         SELECT u.id, $1, u.document_id, u.version, u.order_id, u.classification, u.metadata, u.content,
+                u.expired_at,
+                CASE WHEN u.txt IS NULL THEN NULL
+                     ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
+         FROM unnest($2::uuid[], $3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::jsonb[], $8::bytea[],
+                     $9::timestamptz[], $10::text[], $11::text[])
+              AS u (id, document_id, version, order_id, classification, metadata, content, expired_at, txt, cfg)",
+    )
+    .bind(pipeline_id)
+    .bind(&fragments.ids)
+    .bind(&fragments.document_ids)
+    .bind(&fragments.versions)
+    .bind(&fragments.order_ids)
+    .bind(&fragments.classifications)
+    .bind(&fragments.metadata)
+    .bind(&fragments.contents)
+    .bind(&fragments.expired)
+    .bind(&fragments.texts)
+    .bind(&fragments.configs)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Marks the stored versions `success` and drops their raw texts.
+async fn mark_success(
+    tx: &mut sqlx::PgConnection,
+    stored: &[(Uuid, i64)],
+) -> Result<(), sqlx::Error> {
+    let (ids, numbers): (Vec<Uuid>, Vec<i64>) = stored.iter().copied().unzip();
     sqlx::query(
         "UPDATE documents d SET status = 'success', updated_at = now()
          FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version) WHERE d.id = j.id AND d.version = j.version",
     )
-    .bind(&done_ids)
-    .bind(&done_versions)
+    .bind(&ids)
+    .bind(&numbers)
     .execute(&mut *tx)
     .await?;
     sqlx::query(
         "DELETE FROM document_texts t USING unnest($1::uuid[], $2::bigint[]) AS j (id, version)
          WHERE t.document_id = j.id AND t.version = j.version",
     )
-    .bind(&done_ids)
-    .bind(&done_versions)
+    .bind(&ids)
+    .bind(&numbers)
     .execute(&mut *tx)
     .await?;
-    expire_older_versions(&mut tx, versions, &stored).await?;
-    tx.commit().await?;
-    Ok(stored)
+    Ok(())
 }
 
 /// A table a group grows, whose planner statistics the worker may refresh.
