@@ -403,7 +403,12 @@ fn field_map() -> BoxedStrategy<Value> {
         comparison("n"),
         comparison("b"),
     ];
-    prop::collection::vec(any_condition, 0..=2)
+    conditions_map(any_condition.boxed())
+}
+
+/// A field map of up to two conditions drawn from `condition`.
+fn conditions_map(condition: BoxedStrategy<(&'static str, Value)>) -> BoxedStrategy<Value> {
+    prop::collection::vec(condition, 0..=2)
         .prop_map(|conditions| {
             let mut map = Map::new();
             for (field, comparison) in conditions {
@@ -414,15 +419,34 @@ fn field_map() -> BoxedStrategy<Value> {
         .boxed()
 }
 
-/// Filters nested to depth 3.
+/// Filters nested to depth 3: over every field, or (a quarter of the time) over the integer
+/// field alone, the filters whose many copies the compiler turns into a range set test.
 fn filter_json() -> impl Strategy<Value = Value> {
-    field_map().prop_recursive(3, 48, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..=3).prop_map(|v| json!({"$and": v})),
-            prop::collection::vec(inner.clone(), 0..=3).prop_map(|v| json!({"$or": v})),
-            inner.prop_map(|f| json!({"$not": f})),
-        ]
-    })
+    prop_oneof![
+        3 => nested(field_map()),
+        1 => nested(conditions_map(comparison("i"))),
+    ]
+}
+
+fn nested(field_map: BoxedStrategy<Value>) -> BoxedStrategy<Value> {
+    field_map
+        .prop_recursive(3, 48, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..=3).prop_map(|v| json!({"$and": v})),
+                prop::collection::vec(inner.clone(), 0..=3).prop_map(|v| json!({"$or": v})),
+                inner.prop_map(|f| json!({"$not": f})),
+            ]
+        })
+        .boxed()
+}
+
+/// Filters that select what `filter` selects, with 64 copies of each of its comparisons: an
+/// `$or` and an `$and` of 64 copies of it (both connectives are idempotent, in three-valued
+/// logic too), which the compiler turns into one range set test when `filter` only compares
+/// the integer field.
+fn copies(filter: &Value) -> [Value; 2] {
+    let many = vec![filter.clone(); 64];
+    [json!({"$or": many.clone()}), json!({"$and": many})]
 }
 
 // ---- the rules, evaluated directly ----------------------------------------------------------
@@ -706,7 +730,7 @@ fn compiled_filters_select_what_the_rules_select() {
         let config = cases();
         let cases = config.cases;
         let started = std::time::Instant::now();
-        let stats = RefCell::new((0usize, 0usize, 0usize));
+        let stats = RefCell::new((0usize, 0usize, 0usize, 0usize));
         let mut runner = TestRunner::new(config);
         let result = runner.run(&filter_json(), |filter_json| {
             let text = filter_json.to_string();
@@ -735,6 +759,21 @@ fn compiled_filters_select_what_the_rules_select() {
             )
             .map_err(|e| TestCaseError::fail(format!("{text} (flat): {e}")))?;
             prop_assert_eq!(&flat, &selected, "flat form of {}", text);
+            for copied in copies(&filter_json) {
+                let copied_text = copied.to_string();
+                let typed = filter::validate(&serde_json::from_value(copied).unwrap(), &schema)
+                    .map_err(|e| TestCaseError::fail(format!("schema refused copies: {e}")))?;
+                let teq = read_expansion(runtime, &mut conn, &typed);
+                let (sql, _) = Query::select()
+                    .cond_where(filter::compile(&typed, "docs", &teq))
+                    .build(PostgresQueryBuilder);
+                if sql.contains("int8multirange") {
+                    stats.borrow_mut().3 += 1;
+                }
+                let rows = select_ids(runtime, &mut conn, &typed, &teq)
+                    .map_err(|e| TestCaseError::fail(format!("{copied_text}: {e}")))?;
+                prop_assert_eq!(&rows, &selected, "64 copies of {}", text);
+            }
             let expected: Vec<i32> = docs
                 .iter()
                 .enumerate()
@@ -764,15 +803,20 @@ fn compiled_filters_select_what_the_rules_select() {
             }
             Ok(())
         });
-        let (compared, selective, teq_refused) = *stats.borrow();
+        let (compared, selective, teq_refused, range_sets) = *stats.borrow();
         eprintln!(
             "filter differential: {cases} cases, {compared} compared ({selective} selecting \
-             some but not all documents), {teq_refused} refused by validate_teq, in {:.1?}",
+             some but not all documents, {range_sets} whose copies compiled to a range set), \
+             {teq_refused} refused by validate_teq, in {:.1?}",
             started.elapsed()
         );
         if let Err(failure) = result {
             panic!("{failure}");
         }
+        assert!(
+            range_sets * 20 > compared,
+            "too few filters compiled to range sets: {range_sets} of {compared}"
+        );
         assert!(
             selective * 4 > compared,
             "too few selective filters to be meaningful"

@@ -205,6 +205,42 @@ fn comparisons_merged_into_lists() {
     );
 }
 
+/// Many comparisons of one integer field (64 or more) become one range set test; other
+/// fields beside them, and fewer comparisons, stay as they are.
+#[test]
+fn many_comparisons_of_an_integer_field_become_a_range_set() {
+    let ranges: Vec<String> = (0..40)
+        .map(|n| {
+            format!(
+                r#"{{"year": {{"$lt": {}}}}}, {{"year": {{"$gt": {}}}}}"#,
+                -n,
+                3_000 + n
+            )
+        })
+        .collect();
+    snapshot(
+        "filter_range_set_or",
+        &format!(r#"{{"$or": [{}]}}"#, ranges.join(", ")),
+    );
+    let intervals: Vec<String> = (0..32)
+        .map(|n| {
+            format!(
+                r#"{{"$and": [{{"year": {{"$ge": {}}}}}, {{"$not": {{"year": {{"$in": [{}, {}]}}}}}}]}}"#,
+                n * 10,
+                n * 10 + 1,
+                n * 10 + 2
+            )
+        })
+        .collect();
+    snapshot(
+        "filter_range_set_nested_beside_other_fields",
+        &format!(
+            r#"{{"$and": [{{"title": {{"$eq": "Dune"}}}}, {{"$or": [{}]}}]}}"#,
+            intervals.join(", ")
+        ),
+    );
+}
+
 fn start(field: &str, value: &str, taxonomy_id: &str) -> TeqStart {
     TeqStart {
         field: field.into(),

@@ -53,6 +53,7 @@
 mod ast;
 mod compile;
 mod parse;
+mod ranges;
 mod teq;
 mod validate;
 
