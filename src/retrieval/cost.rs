@@ -12,14 +12,15 @@
 //!   [`READ_INDEXED_US`] when an index (a metadata index, the classification index) yields
 //!   just the admitted ones, plus [`DISTANCE_US`] per admitted fragment.
 //! - **Walk**: [`VISIT_US`] per candidate the walk visits, `max(ef_search, fetch / s)` at
-//!   selectivity `s`. The candidate list is sized so that the first list is expected to hold
-//!   [`FIRST_LIST_MARGIN`] times the rows fetched, so the admitted rows wanted lie in the
-//!   first quarter of the list, where an HNSW list is nearly exact, and the iterative scan's
-//!   continuation (whose rows may come late and out of order) is rarely needed. With twice the
-//!   rows fetched, recall@5 was 0.889 under a 5 % filter and 0.907 under a 1 % one (a list of
-//!   1,000) on the service benchmark (59,833 fragments), against 0.989 unfiltered. When the
-//!   list would exceed [`MAX_EF_SEARCH`], or the scope admits less than [`MIN_WALK_SHARE`] of
-//!   the association, the walk cannot promise that recall and the search is exact whatever it
+//!   selectivity `s`. The candidate list is sized so that it is expected to hold
+//!   [`FIRST_LIST_MARGIN`] times the rows fetched (on a graph of up to 100,000 vectors; more
+//!   on larger ones, as an unrestricted list grows), so the admitted rows wanted lie in the
+//!   first tenth of the list. Recall@5 follows how many admitted rows the list holds, whatever
+//!   the share: with 20, 25, 30, 40 and 50 (a 5 % scope at lists of 400 and 800, a 10 % one
+//!   at 250, 20 % at 150, 5 % at 1,000) it was 0.887, 0.904, 0.954, 0.947 and 0.949–0.973
+//!   (60,000 fragments, 200 queries, strict or relaxed order alike). When the list would
+//!   exceed [`MAX_EF_SEARCH`], or the scope admits less than [`MIN_WALK_SHARE`] of the
+//!   association, the walk cannot promise that recall and the search is exact whatever it
 //!   costs.
 //!
 //! The constants were measured on a 2-core machine (pgbench, one client, 58,841 fragments of
@@ -41,16 +42,17 @@ pub const READ_INDEXED_US: f64 = 0.5;
 pub const DISTANCE_US: f64 = 2.0;
 /// Microseconds per candidate of an HNSW walk, with its fragment read and tested.
 pub const VISIT_US: f64 = 10.0;
-/// How many times the rows fetched the first candidate list is expected to hold under a
-/// restricted scope.
-pub const FIRST_LIST_MARGIN: f64 = 4.0;
+/// How many times the rows fetched the candidate list is expected to hold under a restricted
+/// scope (on a graph whose unrestricted list is [`SESSION_EF_SEARCH`]).
+pub const FIRST_LIST_MARGIN: f64 = 10.0;
+/// The fewest times the rows fetched a walk's list, capped at [`MAX_EF_SEARCH`], may hold: a
+/// scope estimated a little under 5 % (2,942 of 58,841 fragments) still walks with 1,000.
+pub const MIN_LIST_MARGIN: f64 = 9.0;
 
-/// The smallest share of the association a walk serves. Under a 5 % filter the walk's
-/// recall@5 was 0.87–0.89 without a metadata index and 0.95–0.96 with one (lists of 200 and
-/// 400, relaxed and strict order; service benchmark, 59,833 fragments), under a 1 % filter
-/// 0.91–0.92 (a list of 1,000): below the 0.95 a search promises. At a fifth or more the rows
-/// wanted are among the first ~25 of an unrestricted list, where the walk's recall@5 is 0.99.
-pub const MIN_WALK_SHARE: f64 = 0.2;
+/// The smallest share of the association a walk serves (for k 5, [`MIN_LIST_MARGIN`] already
+/// asks for 4.5 %). Rarer scopes were not measured to keep recall (under a 1 % filter a list
+/// of 1,000 gave 0.91–0.92), so they are searched exactly.
+pub const MIN_WALK_SHARE: f64 = 0.04;
 
 /// Rows an unrestricted statement fetches at least. With `relaxed_order`, rows found after the
 /// first candidate list may come out of order, so an unrestricted walk reads more than `k`
@@ -124,11 +126,15 @@ pub fn walk(vectors: f64, selectivity: Option<f64>, limit: u64) -> Option<Walk> 
             })
         }
         Some(share) => {
-            let needed = FIRST_LIST_MARGIN * limit as f64 / share.clamp(0.0, 1.0);
-            (share >= MIN_WALK_SHARE && needed <= MAX_EF_SEARCH as f64).then(|| Walk {
-                ef_search: clamp_ef(base.max(needed)),
-                fetch: limit,
-            })
+            // The list an unrestricted search needs on this graph, over the session's, scales
+            // the margin: a larger graph needs a longer list for the same recall.
+            let per_margin = base / SESSION_EF_SEARCH as f64 * limit as f64 / share.clamp(0.0, 1.0);
+            (share >= MIN_WALK_SHARE && per_margin * MIN_LIST_MARGIN <= MAX_EF_SEARCH as f64).then(
+                || Walk {
+                    ef_search: clamp_ef(base.max(per_margin * FIRST_LIST_MARGIN)),
+                    fetch: limit,
+                },
+            )
         }
     }
 }
@@ -201,11 +207,14 @@ mod tests {
 
     #[test]
     fn a_broad_scope_walks() {
-        // A fifth of 58,841 fragments without an index: 150 candidates against a scan.
+        // The 5 % filter of the service benchmark without a metadata index: a list of 1,000
+        // (10 ms) against a scan of every fragment (~32 ms).
+        assert_eq!(choose(58_841.0, scanned(2_942.0), 5), NearestPath::Index);
+        // A fifth of 58,841 fragments without an index: 250 candidates against a scan.
         assert_eq!(choose(58_841.0, scanned(12_000.0), 5), NearestPath::Index);
         // A third of the classifications, through their index.
         assert_eq!(choose(60_000.0, indexed(20_000.0), 5), NearestPath::Index);
-        // MMR's 20 candidates under a fifth: a list of 400.
+        // MMR's 20 candidates under a fifth: a list of 1,000.
         assert_eq!(choose(100_000.0, scanned(20_000.0), 20), NearestPath::Index);
     }
 
@@ -221,8 +230,8 @@ mod tests {
 
     #[test]
     fn scopes_too_rare_for_the_walk_are_exact_whatever_they_cost() {
-        // 5 % without an index: a walk would not keep recall@5 at 0.95.
-        assert_eq!(choose(58_841.0, scanned(2_942.0), 5), NearestPath::Exact);
+        // 4 % without an index: a list of 1,000 would hold 8 times the rows.
+        assert_eq!(choose(58_841.0, scanned(2_350.0), 5), NearestPath::Exact);
         // 1 % of 100,000 and of 1,000,000 without an index.
         assert_eq!(choose(100_000.0, scanned(1_000.0), 5), NearestPath::Exact);
         assert_eq!(
@@ -269,17 +278,25 @@ mod tests {
             unrestricted(0.0, 65_535).map(|w| w.ef_search),
             Some(MAX_EF_SEARCH)
         );
-        // Restricted: k rows, a list expected to hold four times as many admitted ones.
+        // Restricted: k rows, a list expected to hold ten times as many admitted ones.
         let restricted = |vectors: f64, share: f64, limit: u64| walk(vectors, Some(share), limit);
         assert_eq!(
             restricted(58_841.0, 0.25, 5),
             Some(Walk {
-                ef_search: 150,
+                ef_search: 200,
                 fetch: 5
             })
         );
         assert_eq!(
-            restricted(58_841.0, 0.2, 50).map(|w| w.ef_search),
+            restricted(58_841.0, 0.5, 5).map(|w| w.ef_search),
+            Some(SESSION_EF_SEARCH)
+        );
+        assert_eq!(
+            restricted(58_841.0, 0.5, 50).map(|w| w.ef_search),
+            Some(1000)
+        );
+        assert_eq!(
+            restricted(58_841.0, 0.047, 5).map(|w| w.ef_search),
             Some(1000)
         );
         assert_eq!(
@@ -287,7 +304,8 @@ mod tests {
             Some(597)
         );
         assert_eq!(restricted(100_000.0, 0.2, 51), None);
-        assert_eq!(restricted(100_000.0, 0.19, 5), None);
+        assert_eq!(restricted(100_000.0, 0.044, 5), None);
+        assert_eq!(restricted(1_000_000.0, 0.05, 5), None);
         assert_eq!(restricted(100_000.0, 0.0, 5), None);
     }
 
