@@ -275,6 +275,54 @@ fn percent_encode(s: &str) -> String {
 
 /// The document list's `metadata` parameter takes the same filters, as long as the URL
 /// allows (about 64 KB).
+/// Tens of thousands of comparisons of one field, as a 2 MB body holds them: equalities
+/// under `$or` and inequalities under `$and` (one list each), range comparisons of the
+/// integer field under `$or` and nested (one range set), each selecting what its few
+/// equivalent comparisons select, within the statement timeout.
+#[tokio::test]
+async fn many_comparisons_of_one_field_search_as_one_test() {
+    let (app, pid) = app_with_documents(&[("TROVE_STATEMENT_TIMEOUT", "10")]).await;
+    let equalities: Vec<Value> = (0..60_000)
+        .map(|n| json!({"year": {"$eq": 1_990 + n}}))
+        .collect();
+    assert_eq!(
+        search_names(&app, &pid, "60,000 $eq", &json!({"$or": equalities})).await,
+        names_where(|_| true)
+    );
+    let names: Vec<Value> = (0..60_000)
+        .map(|n| json!({"name": {"$neq": if n == 7 { "ships".to_owned() } else { format!("n{n}") }}}))
+        .collect();
+    assert_eq!(
+        search_names(&app, &pid, "60,000 $neq", &json!({"$and": names})).await,
+        names_where(|y| y != 2022)
+    );
+    // Years below 2021 - n or above 2023 + n for every n: below 2021 or above 2023.
+    let ranges: Vec<Value> = (0..60_000)
+        .map(|n| {
+            if n % 2 == 0 {
+                json!({"year": {"$lt": 2_021 - n}})
+            } else {
+                json!({"year": {"$gt": 2_022 + n}})
+            }
+        })
+        .collect();
+    assert_eq!(
+        search_names(&app, &pid, "60,000 ranges", &json!({"$or": ranges})).await,
+        names_where(|y| !(2021..=2023).contains(&y))
+    );
+    // The intervals [2020 + 2n, 2020 + 2n] minus nothing, nested: the even years.
+    let intervals: Vec<Value> = (0..20_000)
+        .map(|n| {
+            json!({"$and": [{"year": {"$ge": 2_020 + 2 * n}},
+                            {"$not": {"year": {"$gt": 2_020 + 2 * n}}}]})
+        })
+        .collect();
+    assert_eq!(
+        search_names(&app, &pid, "20,000 intervals", &json!({"$or": intervals})).await,
+        names_where(|y| y % 2 == 0)
+    );
+}
+
 #[tokio::test]
 async fn the_document_list_takes_deep_filters_and_long_lists() {
     let (app, pid) = app_with_documents(&[]).await;
