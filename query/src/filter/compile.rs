@@ -488,10 +488,27 @@ impl ElementType {
 }
 
 impl Leaf {
+    /// Whether this compares an integer field with 64-bit values: [`Leaf::range_set`] holds.
+    fn compares_integers(&self) -> bool {
+        self.range_field.is_some()
+            && match &self.test {
+                Test::Compare(_, Bound::Value(value)) => matches!(value, Value::BigInt(Some(_))),
+                Test::Membership(
+                    _,
+                    Bound::Value(Value::Array(ArrayType::BigInt, Some(values))),
+                ) => values
+                    .iter()
+                    .all(|value| matches!(value, Value::BigInt(Some(_)))),
+                _ => false,
+            }
+    }
+
     /// The values of an integer field this comparison admits, for a range set test; `None`
     /// for other fields, and for values bound as text to cast (beyond 64 bits).
     fn range_set(&self) -> Option<RangeSet> {
-        self.range_field.as_ref()?;
+        if !self.compares_integers() {
+            return None;
+        }
         let integer = |value: &Value| match value {
             Value::BigInt(Some(value)) => Some(*value),
             _ => None,
@@ -696,7 +713,7 @@ impl Tree {
                 Logic::And(parts) | Logic::Or(parts) => parts,
                 Logic::Not(part) => std::slice::from_ref(part),
                 Logic::Leaf(leaf) => {
-                    info[index] = leaf.range_set().map(|_| (index, 1));
+                    info[index] = leaf.compares_integers().then_some((index, 1));
                     continue;
                 }
                 Logic::Const(_) => continue,
