@@ -147,13 +147,31 @@ pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
     } else {
         query.order.to_first_value()
     };
-    select
-        .join_as(
+    let table = Alias::new(query.vector_table);
+    if query.exact {
+        // Each admitted fragment's vector, read by its key in a subquery the planner cannot
+        // pull up (OFFSET 0): a nested loop of primary-key lookups. Joined as a table, the
+        // planner hashed the whole vector table when a metadata index yielded a few thousand
+        // fragments (a 5 % scope of 59,833: 43–60 ms, against 6–12 ms by key).
+        let mut by_key = Query::select();
+        by_key
+            .column((table.clone(), Alias::new("embedding")))
+            .from(table.clone())
+            .and_where(
+                Expr::col((table, Alias::new("fragment_id")))
+                    .equals((fragments(), Alias::new("id"))),
+            )
+            .offset(0);
+        select.join_lateral(JoinType::InnerJoin, by_key, v, Expr::cust("TRUE"));
+    } else {
+        select.join_as(
             JoinType::InnerJoin,
-            Alias::new(query.vector_table),
+            table,
             v.clone(),
             Expr::col((v, Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
-        )
+        );
+    }
+    select
         .order_by_expr(Expr::cust(order), Order::Asc)
         .limit(query.fetch);
     if let Some(threshold) = query.threshold {
