@@ -279,16 +279,22 @@ pub async fn analysed_rows(
     .await
 }
 
-/// `ANALYZE` of a table, outside any transaction; skipped (with a server warning) when
-/// another analysis of it, or autovacuum, holds the table.
+/// `ANALYZE` of a table, in a transaction of its own (not the group's); skipped when another
+/// analysis of it, or autovacuum, holds the table. The server's warning for a skip is not
+/// asked for: a skip is expected under load (autovacuum analyses the table next), and the
+/// client logged every one of them at WARN.
 pub async fn analyze(pool: &PgPool, table: GrownTable) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT set_config('client_min_messages', 'error', true)")
+        .execute(&mut *tx)
+        .await?;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "ANALYZE (SKIP_LOCKED) {}",
         table.name()
     )))
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    tx.commit().await
 }
 
 /// Older versions expire now that their successor succeeded.
