@@ -506,9 +506,7 @@ impl Leaf {
     /// The values of an integer field this comparison admits, for a range set test; `None`
     /// for other fields, and for values bound as text to cast (beyond 64 bits).
     fn range_set(&self) -> Option<RangeSet> {
-        if !self.compares_integers() {
-            return None;
-        }
+        self.range_field.as_ref()?;
         let integer = |value: &Value| match value {
             Value::BigInt(Some(value)) => Some(*value),
             _ => None,
