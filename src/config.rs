@@ -129,6 +129,26 @@ pub struct Config {
     /// Longest a database statement may run before the database cancels it
     /// (`TROVE_STATEMENT_TIMEOUT`; zero: no limit).
     pub statement_timeout: Duration,
+    /// Fragments a burst of ingestion must bring at least, and more than half the rows an
+    /// association holds, for the worker to drop its HNSW index and build it once the burst is
+    /// stored (`TROVE_INDEX_DEFER_ROWS`; 0: never).
+    pub index_defer_rows: u64,
+}
+
+/// Default of `TROVE_INDEX_DEFER_ROWS`.
+pub const DEFAULT_INDEX_DEFER_ROWS: u64 = 2000;
+
+/// `TROVE_INDEX_DEFER_ROWS`: a whole number of fragments (0: never defer).
+fn index_defer_rows(value: Option<String>) -> Result<u64, ConfigError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_INDEX_DEFER_ROWS);
+    };
+    value.trim().parse::<u64>().map_err(|_| {
+        err(
+            "TROVE_INDEX_DEFER_ROWS",
+            format!("expected a whole number of fragments (0: never), got {value:?}"),
+        )
+    })
 }
 
 /// Default of `TROVE_STATEMENT_TIMEOUT`.
@@ -257,6 +277,7 @@ impl Config {
             llm_connect_timeout,
             llm_read_timeout,
             statement_timeout: statement_timeout(get("TROVE_STATEMENT_TIMEOUT"))?,
+            index_defer_rows: index_defer_rows(get("TROVE_INDEX_DEFER_ROWS"))?,
         })
     }
 }
@@ -587,6 +608,17 @@ mod tests {
             with(&[]).unwrap().statement_timeout,
             DEFAULT_STATEMENT_TIMEOUT
         );
+        assert_eq!(
+            with(&[]).unwrap().index_defer_rows,
+            DEFAULT_INDEX_DEFER_ROWS
+        );
+        assert_eq!(
+            with(&[("TROVE_INDEX_DEFER_ROWS", "0")])
+                .unwrap()
+                .index_defer_rows,
+            0
+        );
+        assert!(with(&[("TROVE_INDEX_DEFER_ROWS", "-1")]).is_err());
         let c = with(&[("TROVE_STATEMENT_TIMEOUT", "0.25")]).unwrap();
         assert_eq!(c.statement_timeout, Duration::from_millis(250));
         let c = with(&[("TROVE_STATEMENT_TIMEOUT", "0")]).unwrap();

@@ -284,4 +284,5 @@ pub async fn build_worker(state: &AppState) -> Result<Worker, String> {
         Arc::new(state.config.license.clone()),
     )
     .await
+    .map(|worker| worker.deferring_indexes_from(state.config.index_defer_rows))
 }

@@ -1,4 +1,5 @@
 //! Document ingestion: the JetStream queue (and, later, the worker).
 
+pub mod deferred_index;
 pub mod queue;
 pub mod worker;

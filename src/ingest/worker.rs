@@ -29,6 +29,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::deferred_index::{IndexAction, index_action};
 use super::queue::{Job, Queue};
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
@@ -36,11 +37,11 @@ use crate::license::License;
 use crate::metrics::WorkerMetrics;
 use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_spec};
 use crate::providers::splitting::TextSplitting;
-use crate::store::Pool;
 use crate::store::ingestion::{
     self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob,
     VectorTable,
 };
+use crate::store::{DatabaseError, Pool, vectors};
 
 /// Jobs fetched at most per batch (interface: up to 100).
 pub const BATCH_SIZE: usize = 100;
@@ -91,6 +92,8 @@ pub struct Worker {
     ack_wait: Duration,
     /// Age of an outbox entry whose job the sweep publishes again.
     republish_after: Duration,
+    /// `TROVE_INDEX_DEFER_ROWS` (see [`super::deferred_index`]).
+    index_defer_rows: u64,
     pub metrics: WorkerMetrics,
 }
 
@@ -261,8 +264,16 @@ impl Worker {
             redelivery_delay: names.redelivery_delay,
             ack_wait: names.ack_wait,
             republish_after: names.republish_after,
+            index_defer_rows: crate::config::DEFAULT_INDEX_DEFER_ROWS,
             metrics: WorkerMetrics::new(),
         })
+    }
+
+    /// The worker with `TROVE_INDEX_DEFER_ROWS` set (0: indexes are never deferred).
+    #[must_use]
+    pub fn deferring_indexes_from(mut self, rows: u64) -> Self {
+        self.index_defer_rows = rows;
+        self
     }
 
     /// Fetches what is available now (up to 100 jobs, waiting at most `wait`) and processes it.
@@ -388,6 +399,11 @@ impl Worker {
         let (vectors, configs) = self
             .embed_and_detect(&pipeline, &prepared, spec.as_ref())
             .await?;
+        if let Some(vector_embedding_id) = pipeline.ve_id
+            && self.index_defer_rows > 0
+        {
+            self.prepare_index(vector_embedding_id, &prepared).await;
+        }
         let stored = self
             .store(pipeline_id, &pipeline, &prepared, &vectors, &configs)
             .await?;
@@ -616,6 +632,74 @@ impl Worker {
         Ok(ingestion::store_group(&self.pool, pipeline_id, vector_table, &versions).await?)
     }
 
+    /// Defers or builds the association's HNSW index before a group is stored
+    /// ([`super::deferred_index`]; not called when deferral is off: the sweep still builds an
+    /// index deferred before). A failure only logs a warning: the group is stored either way,
+    /// and a deferred index is built by a later group or the sweep.
+    async fn prepare_index(&self, vector_embedding_id: Uuid, prepared: &[Prepared]) {
+        let fragments: usize = prepared.iter().map(|p| p.fragments.len()).sum();
+        if fragments == 0 {
+            return;
+        }
+        let state = match vectors::index_state(&self.pool, vector_embedding_id).await {
+            Ok(Some(state)) => state,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "reading the vector index's state failed");
+                return;
+            }
+        };
+        let action = index_action(
+            &state,
+            prepared.len() as u64,
+            fragments as u64,
+            self.index_defer_rows,
+        );
+        let result = match action {
+            IndexAction::Keep => return,
+            IndexAction::Defer(params) => vectors::defer_index(&self.pool, vector_embedding_id, params)
+                .await
+                .map(|dropped| {
+                    if dropped {
+                        tracing::info!(%vector_embedding_id, pending = state.pending, rows = state.rows, "HNSW index dropped for a burst of ingestion; built again once it is stored");
+                    }
+                }),
+            IndexAction::Build => self.build_index(vector_embedding_id).await,
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, %vector_embedding_id, "deferring or building the vector index failed");
+        }
+    }
+
+    /// Builds a deferred index, logging how long it took.
+    async fn build_index(&self, vector_embedding_id: Uuid) -> Result<(), DatabaseError> {
+        let started = Instant::now();
+        if vectors::build_deferred_index(&self.pool, vector_embedding_id).await? {
+            tracing::info!(%vector_embedding_id, seconds = started.elapsed().as_secs_f64(), "deferred HNSW index built");
+        }
+        Ok(())
+    }
+
+    /// Builds the deferred indexes whose pipelines have nothing pending (a burst whose last
+    /// batches did not build it, or a worker that died mid-build).
+    pub async fn build_idle_deferred_indexes(&self) {
+        let deferred = match vectors::deferred_indexes(&self.pool).await {
+            Ok(deferred) => deferred,
+            Err(error) => {
+                tracing::warn!(%error, "listing deferred vector indexes failed");
+                return;
+            }
+        };
+        for (vector_embedding_id, pending) in deferred {
+            if pending > 0 {
+                continue;
+            }
+            if let Err(error) = self.build_index(vector_embedding_id).await {
+                tracing::warn!(%error, %vector_embedding_id, "building a deferred vector index failed");
+            }
+        }
+    }
+
     /// Analyses the tables a stored group grew (`fragments`, and the association's vector
     /// table) whose statistics it made stale ([`statistics_stale`]), each in its own
     /// statement after the group's transaction. A failure only logs a warning: the group is
@@ -716,7 +800,8 @@ impl Worker {
         }
     }
 
-    /// Every minute, fails the versions pending for more than 24 hours; every quarter of the
+    /// Every minute, fails the versions pending for more than 24 hours and builds the deferred
+    /// indexes of pipelines with nothing pending; every quarter of the
     /// republish delay, publishes again the jobs never confirmed queued.
     async fn sweep_loop(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut stale = tokio::time::interval(Duration::from_secs(60));
@@ -732,6 +817,7 @@ impl Worker {
                         Ok(n) => tracing::info!(versions = n, "pending versions older than 24 hours marked failed"),
                         Err(error) => tracing::warn!(%error, "sweep failed"),
                     }
+                    self.build_idle_deferred_indexes().await;
                 }
                 _ = unconfirmed.tick() => {
                     match self.republish_unconfirmed().await {

@@ -426,7 +426,11 @@ async fn resolve_scope(
     };
     let filter = compiled.as_ref().map(|c| c.condition.clone());
     let restricted = filter.is_some() || classifications.len() < context.classification_names.len();
+    // Without its HNSW index (dropped for a burst of ingestion) every search reads the scope
+    // exactly: a restricted one through its own path rather than a scan of the vector table.
+    let deferred = context.ve_index_deferred.unwrap_or(false);
     let (path, selectivity) = match vector_limit {
+        Some(_) if restricted && deferred => (NearestPath::Exact, None),
         Some(limit) if restricted && !classifications.is_empty() => {
             let scope = Scope {
                 pipeline_id,

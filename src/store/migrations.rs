@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "job_outbox",
         sql: include_str!("../../migrations/0010_job_outbox.sql"),
     },
+    Migration {
+        version: 11,
+        name: "deferred_vector_index",
+        sql: include_str!("../../migrations/0011_deferred_vector_index.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

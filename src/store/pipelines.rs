@@ -191,6 +191,9 @@ pub struct SearchContext {
     /// The planner's estimate of the rows of the association's vector table: `reltuples` per
     /// page times its pages now (negative or absent when the table was never analysed).
     pub ve_estimated_rows: Option<f32>,
+    /// The association's HNSW index is dropped for a burst of ingestion (see
+    /// `ingest::deferred_index`): every vector search is exact until it is built.
+    pub ve_index_deferred: Option<bool>,
     pub classification_names: Vec<String>,
     pub hierarchy_from: Vec<String>,
     pub hierarchy_to: Vec<String>,
@@ -265,6 +268,10 @@ pub async fn search_context<'e>(
                   WHERE c.oid = to_regclass('vectors_' || replace(\"vector_embeddings\".\"id\"::text, '-', '')))",
             ),
             Alias::new("ve_estimated_rows"),
+        )
+        .expr_as(
+            Expr::cust("\"vector_embeddings\".\"deferred_index_m\" IS NOT NULL"),
+            Alias::new("ve_index_deferred"),
         )
         .and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
     // The classification names, the hierarchy pairs as two parallel arrays, the fields rule 6

@@ -9,6 +9,7 @@ mod agents;
 mod api_keys;
 mod auth;
 mod core;
+mod deferred_index;
 mod documents;
 mod embedding;
 mod fake_llm;

@@ -1,0 +1,259 @@
+//! Deferred HNSW builds for bursts of ingestion: the worker drops an association's index for
+//! a burst, searches stay exact meanwhile, the index is built before the last batch is stored,
+//! and a build that dies leaves the index deferred for the next one.
+
+use std::collections::HashMap;
+
+use pgvector::Vector;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{AppOptions, TestApp, spawn_app_with};
+
+const DIMENSIONS: usize = 64;
+
+const WORDS: [&str; 24] = [
+    "harbour", "copper", "orchard", "apples", "granite", "bridge", "river", "delta", "winter",
+    "lantern", "market", "square", "archive", "ledger", "journal", "forest", "island", "meadow",
+    "signal", "tower", "valley", "mill", "glacier", "canyon",
+];
+
+/// An app whose worker the test drives, deferring indexes for bursts of 50 fragments or more.
+async fn app() -> TestApp {
+    spawn_app_with(AppOptions {
+        no_worker: true,
+        env: HashMap::from([("TROVE_INDEX_DEFER_ROWS".to_owned(), "50".to_owned())]),
+        ..AppOptions::default()
+    })
+    .await
+}
+
+/// A pipeline on a `hash` model of [`DIMENSIONS`]; returns its id and its vector table.
+async fn pipeline(app: &TestApp) -> (String, String) {
+    let model = app
+        .create_hash_model(&format!("h-{}", Uuid::new_v4().simple()), 64)
+        .await;
+    let pipeline = app
+        .new_pipeline(json!({"embedding_model_id": model["id"]}))
+        .await;
+    let ve: Uuid = serde_json::from_value(pipeline["default_vector_embedding_id"].clone())
+        .expect("association id");
+    (
+        pipeline["id"].as_str().expect("id").to_owned(),
+        trove::store::vectors::table_name(ve),
+    )
+}
+
+/// A short text (one fragment) of four words drawn by `i`.
+fn text(i: usize) -> String {
+    (0..4)
+        .map(|j| WORDS[(i * 7 + j * 5 + i / 3) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Submits documents `from..to` through the batch endpoint, `year` 2020 + i % 4.
+async fn submit(app: &TestApp, pid: &str, from: usize, to: usize) {
+    let documents: Vec<Value> = (from..to)
+        .map(|i| {
+            json!({"external_identifier": format!("d{i}"), "classification": "public",
+                   "metadata": {"year": 2020 + i % 4}, "text": text(i)})
+        })
+        .collect();
+    let reply = app
+        .post(
+            &format!("/pipelines/{pid}/documents/batch"),
+            &json!({"documents": documents}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+}
+
+/// The index's oid (`None` when it does not exist) and the recorded build parameters.
+async fn index(app: &TestApp, table: &str) -> (Option<u32>, Option<i32>, Option<i32>) {
+    let oid: Option<i64> = sqlx::query_scalar("SELECT to_regclass($1)::oid::int8")
+        .bind(format!("{table}_hnsw"))
+        .fetch_one(&app.pool)
+        .await
+        .expect("index oid");
+    let (m, ef): (Option<i32>, Option<i32>) = sqlx::query_as(
+        "SELECT deferred_index_m, deferred_index_ef_construction FROM vector_embeddings
+         WHERE 'vectors_' || replace(id::text, '-', '') = $1",
+    )
+    .bind(table)
+    .fetch_one(&app.pool)
+    .await
+    .expect("association");
+    (oid.and_then(|o| u32::try_from(o).ok()), m, ef)
+}
+
+/// The cosine distances of the `k` nearest stored fragments to `query`, optionally of one
+/// year, by an exact scan in SQL.
+async fn exact_distances(
+    app: &TestApp,
+    table: &str,
+    query: &str,
+    year: Option<i64>,
+    k: i64,
+) -> Vec<f64> {
+    let vector = Vector::from(trove::providers::hash_embedding::hash_embedding(
+        query, DIMENSIONS,
+    ));
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT (v.embedding <=> $1)::float8 AS d FROM {table} v JOIN fragments f ON f.id = v.fragment_id
+         WHERE $2::int8 IS NULL OR (f.metadata->>'year')::int8 = $2
+         ORDER BY d LIMIT $3"
+    )))
+    .bind(vector)
+    .bind(year)
+    .bind(k)
+    .fetch_all(&app.pool)
+    .await
+    .expect("exact scan")
+}
+
+/// The scores of a similarity search through HTTP.
+async fn searched_distances(app: &TestApp, pid: &str, query: &str, year: Option<i64>) -> Vec<f64> {
+    let mut body = json!({"query": query, "type": "similarity", "classification": "public", "params": {"k": 5}});
+    if let Some(year) = year {
+        body["filters"] = json!({"year": {"$eq": year}});
+    }
+    let reply = app.post(&format!("/pipelines/{pid}/search"), &body).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    reply
+        .body
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|hit| hit["score"].as_f64().expect("score"))
+        .collect()
+}
+
+/// Searches (unfiltered and under a filter) return exactly the nearest distances.
+async fn assert_searches_exact(app: &TestApp, pid: &str, table: &str) {
+    for (i, year) in [(3, None), (11, Some(2021)), (17, Some(2023))] {
+        let query = text(i);
+        let found = searched_distances(app, pid, &query, year).await;
+        let exact = exact_distances(app, table, &query, year, 5).await;
+        assert_eq!(found.len(), exact.len(), "{query} {year:?}");
+        for (f, e) in found.iter().zip(&exact) {
+            assert!(
+                (f - e).abs() < 1e-5,
+                "{query} {year:?}: {found:?} vs {exact:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_burst_is_stored_without_the_index_which_is_built_before_the_last_batch() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    let (before, m, _) = index(&app, &table).await;
+    assert!(
+        before.is_some() && m.is_none(),
+        "a new association has its index"
+    );
+
+    submit(&app, &pid, 0, 250).await;
+    // The first batch of 100: a burst of 250 fragments into an empty association drops the
+    // index, and the batch is stored without it.
+    let first = app.step().await;
+    assert_eq!(first.stored, 100, "{first:?}");
+    let (oid, m, ef) = index(&app, &table).await;
+    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "index deferred");
+    assert_searches_exact(&app, &pid, &table).await;
+
+    // The second: 50 versions are left after it, so the index is built before it is stored.
+    let second = app.step().await;
+    assert_eq!(second.stored, 100, "{second:?}");
+    let (oid, m, _) = index(&app, &table).await;
+    assert!(
+        oid.is_some() && oid != before && m.is_none(),
+        "index built again"
+    );
+    let third = app.step().await;
+    assert_eq!(third.stored, 50, "{third:?}");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM documents WHERE pipeline_id = $1 AND status = 'success'",
+            &pid
+        )
+        .await,
+        250
+    );
+    let vectors: i64 =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&app.pool)
+            .await
+            .expect("count");
+    assert_eq!(vectors, 250);
+    assert_searches_exact(&app, &pid, &table).await;
+
+    // A burst smaller than half the association goes into the live index.
+    submit(&app, &pid, 250, 300).await;
+    app.step().await;
+    assert_eq!(index(&app, &table).await.0, oid, "index kept");
+}
+
+#[tokio::test]
+async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 30).await;
+    // 30 fragments: under the 50 a burst needs.
+    app.step().await;
+    assert!(index(&app, &table).await.0.is_some());
+    let ve: Uuid =
+        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
+            .bind(&pid)
+            .fetch_one(&app.pool)
+            .await
+            .expect("association");
+    let params = trove::config::HnswParams::new(10, 64).expect("params");
+    assert!(
+        trove::store::vectors::defer_index(&app.pool, ve, params)
+            .await
+            .expect("defer")
+    );
+    assert_searches_exact(&app, &pid, &table).await;
+
+    // A writer holds the table, so the build waits; its connection is then terminated.
+    let mut writer = app.pool.begin().await.expect("writer");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN ROW EXCLUSIVE MODE"
+    )))
+    .execute(&mut *writer)
+    .await
+    .expect("lock");
+    let pool = app.pool.clone();
+    let build =
+        tokio::spawn(async move { trove::store::vectors::build_deferred_index(&pool, ve).await });
+    let mut terminated = false;
+    for _ in 0..100 {
+        terminated = sqlx::query_scalar(
+            "SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'CREATE INDEX%' AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .expect("terminate");
+        if terminated {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(terminated, "the build waited for the writer");
+    assert!(build.await.expect("join").is_err(), "the build failed");
+    writer.rollback().await.expect("rollback");
+    let (oid, m, ef) = index(&app, &table).await;
+    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "still deferred");
+    assert_searches_exact(&app, &pid, &table).await;
+
+    // The sweep builds a deferred index whose pipeline has nothing pending.
+    app.worker().await.build_idle_deferred_indexes().await;
+    let (oid, m, _) = index(&app, &table).await;
+    assert!(oid.is_some() && m.is_none(), "built by the sweep");
+    assert_searches_exact(&app, &pid, &table).await;
+}
