@@ -29,7 +29,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::deferred_index::{IndexAction, index_action};
+use super::deferred_index::{IndexAction, QUIET_SECONDS, index_action};
 use super::queue::{Job, Queue};
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
@@ -641,13 +641,8 @@ impl Worker {
         if fragments == 0 {
             return;
         }
-        let state = match vectors::index_state(&self.pool, vector_embedding_id).await {
-            Ok(Some(state)) => state,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(%error, "reading the vector index's state failed");
-                return;
-            }
+        let Some(state) = self.index_state(vector_embedding_id).await else {
+            return;
         };
         let action = index_action(
             &state,
@@ -657,6 +652,10 @@ impl Worker {
         );
         let result = match action {
             IndexAction::Keep => return,
+            IndexAction::Wait => {
+                self.look_again_after_quiet(vector_embedding_id);
+                return;
+            }
             IndexAction::Defer(params) => vectors::defer_index(&self.pool, vector_embedding_id, params)
                 .await
                 .map(|dropped| {
@@ -669,6 +668,33 @@ impl Worker {
         if let Err(error) = result {
             tracing::warn!(%error, %vector_embedding_id, "deferring or building the vector index failed");
         }
+    }
+
+    /// Looks at a deferred index again once the pipeline may have had no submission for
+    /// [`QUIET_SECONDS`], and builds it if the burst is over (a burst's last batch finds its
+    /// submissions recent).
+    fn look_again_after_quiet(&self, vector_embedding_id: Uuid) {
+        let worker = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(QUIET_SECONDS)).await;
+            let Some(state) = worker.index_state(vector_embedding_id).await else {
+                return;
+            };
+            if index_action(&state, 0, 0, worker.index_defer_rows) == IndexAction::Build
+                && let Err(error) = worker.build_index(vector_embedding_id).await
+            {
+                tracing::warn!(%error, %vector_embedding_id, "building a deferred vector index failed");
+            }
+        });
+    }
+
+    /// The association's index state; `None` when it was deleted or could not be read (logged).
+    async fn index_state(&self, vector_embedding_id: Uuid) -> Option<vectors::IndexState> {
+        vectors::index_state(&self.pool, vector_embedding_id)
+            .await
+            .inspect_err(|error| tracing::warn!(%error, "reading the vector index's state failed"))
+            .ok()
+            .flatten()
     }
 
     /// Builds a deferred index, logging how long it took.

@@ -82,6 +82,8 @@ pub struct IndexState {
     pub rows: f64,
     /// Versions of the association's pipeline pending now (those of the group included).
     pub pending: u64,
+    /// Seconds since the newest of them was submitted (`None` when none is pending).
+    pub quiet: Option<f64>,
 }
 
 /// Build parameters from stored integers; `None` when absent or out of pgvector's bounds.
@@ -112,6 +114,7 @@ struct IndexRow {
     index_exists: bool,
     rows: f64,
     pending: i64,
+    quiet: Option<f64>,
 }
 
 /// Reads an association's [`IndexState`] in one statement; `None` once it was deleted.
@@ -129,9 +132,14 @@ pub async fn index_state(
                                            * (pg_relation_size(c.oid) / current_setting('block_size')::int)
                                       ELSE 0 END
                           FROM pg_class c WHERE c.oid = to_regclass($2)), 0)::float8 AS rows,
-                (SELECT count(*) FROM documents d
-                 WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending') AS pending
-         FROM vector_embeddings ve WHERE ve.id = $1",
+                p.pending, p.quiet
+         FROM vector_embeddings ve
+         CROSS JOIN LATERAL (
+             SELECT count(*) AS pending,
+                    EXTRACT(EPOCH FROM clock_timestamp() - max(d.created_at))::float8 AS quiet
+             FROM documents d WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending'
+         ) AS p
+         WHERE ve.id = $1",
     )
     .bind(vector_embedding_id)
     .bind(&table)
@@ -146,6 +154,7 @@ pub async fn index_state(
         deferred: params_from(row.deferred_index_m, row.deferred_index_ef_construction),
         rows: row.rows,
         pending: u64::try_from(row.pending).unwrap_or(0),
+        quiet: row.quiet,
     }))
 }
 

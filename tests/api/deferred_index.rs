@@ -1,6 +1,7 @@
 //! Deferred HNSW builds for bursts of ingestion: the worker drops an association's index for
-//! a burst, searches stay exact meanwhile, the index is built before the last batch is stored,
-//! and a build that dies leaves the index deferred for the next one.
+//! a burst, searches stay exact meanwhile, the index is built before the last batch is stored
+//! (or a second after it, when documents were still arriving), and a build that dies leaves
+//! the index deferred for the next one.
 
 use std::collections::HashMap;
 
@@ -165,7 +166,9 @@ async fn a_burst_is_stored_without_the_index_which_is_built_before_the_last_batc
     assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "index deferred");
     assert_searches_exact(&app, &pid, &table).await;
 
-    // The second: 50 versions are left after it, so the index is built before it is stored.
+    // The second, once nothing was submitted for a second: 50 versions are left after it, so
+    // the index is built before it is stored.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let second = app.step().await;
     assert_eq!(second.stored, 100, "{second:?}");
     let (oid, m, _) = index(&app, &table).await;
@@ -255,5 +258,33 @@ async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
     app.worker().await.build_idle_deferred_indexes().await;
     let (oid, m, _) = index(&app, &table).await;
     assert!(oid.is_some() && m.is_none(), "built by the sweep");
+    assert_searches_exact(&app, &pid, &table).await;
+}
+
+#[tokio::test]
+async fn a_burst_whose_last_batch_finds_recent_submissions_is_built_a_second_later() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 150).await;
+    app.step().await;
+    assert_eq!(index(&app, &table).await.0, None, "index deferred");
+    // More documents arrive just before the last batch is stored: the worker cannot tell
+    // whether the burst is over, stores the batch without the index and looks again later.
+    submit(&app, &pid, 150, 160).await;
+    let last = app.step().await;
+    assert_eq!(last.stored, 60, "{last:?}");
+    let mut built = false;
+    for _ in 0..100 {
+        let (oid, m, _) = index(&app, &table).await;
+        if oid.is_some() && m.is_none() {
+            built = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        built,
+        "the index is built once the pipeline had no submission for a second"
+    );
     assert_searches_exact(&app, &pid, &table).await;
 }
