@@ -84,6 +84,8 @@ pub struct IndexState {
     pub pending: u64,
     /// Seconds since the newest of them was submitted (`None` when none is pending).
     pub quiet: Option<f64>,
+    /// Seconds since the index was dropped (`None` unless it is deferred).
+    pub deferred_for: Option<f64>,
 }
 
 /// Build parameters from stored integers; `None` when absent or out of pgvector's bounds.
@@ -115,6 +117,7 @@ struct IndexRow {
     rows: f64,
     pending: i64,
     quiet: Option<f64>,
+    deferred_for: Option<f64>,
 }
 
 /// Reads an association's [`IndexState`] in one statement; `None` once it was deleted.
@@ -132,7 +135,8 @@ pub async fn index_state(
                                            * (pg_relation_size(c.oid) / current_setting('block_size')::int)
                                       ELSE 0 END
                           FROM pg_class c WHERE c.oid = to_regclass($2)), 0)::float8 AS rows,
-                p.pending, p.quiet
+                p.pending, p.quiet,
+                EXTRACT(EPOCH FROM clock_timestamp() - ve.deferred_index_at)::float8 AS deferred_for
          FROM vector_embeddings ve
          CROSS JOIN LATERAL (
              SELECT count(*) AS pending,
@@ -155,6 +159,7 @@ pub async fn index_state(
         rows: row.rows,
         pending: u64::try_from(row.pending).unwrap_or(0),
         quiet: row.quiet,
+        deferred_for: row.deferred_for,
     }))
 }
 
@@ -195,7 +200,8 @@ pub async fn defer_index(
     }
     let recorded = sqlx::query(
         "UPDATE vector_embeddings
-         SET deferred_index_m = $2, deferred_index_ef_construction = $3
+         SET deferred_index_m = $2, deferred_index_ef_construction = $3,
+             deferred_index_at = now()
          WHERE id = $1 AND deferred_index_m IS NULL",
     )
     .bind(vector_embedding_id)
@@ -274,7 +280,8 @@ pub async fn build_deferred_index(
         .await?;
     sqlx::query(
         "UPDATE vector_embeddings
-         SET deferred_index_m = NULL, deferred_index_ef_construction = NULL
+         SET deferred_index_m = NULL, deferred_index_ef_construction = NULL,
+             deferred_index_at = NULL
          WHERE id = $1",
     )
     .bind(vector_embedding_id)
