@@ -690,7 +690,9 @@ impl Worker {
 
     /// The association's index state; `None` when it was deleted or could not be read (logged).
     async fn index_state(&self, vector_embedding_id: Uuid) -> Option<vectors::IndexState> {
-        vectors::index_state(&self.pool, vector_embedding_id)
+        // Enough to compare with `TROVE_INDEX_DEFER_ROWS` and to see one batch left.
+        let count_at_least = self.index_defer_rows.max(2 * BATCH_SIZE as u64);
+        vectors::index_state(&self.pool, vector_embedding_id, count_at_least)
             .await
             .inspect_err(|error| tracing::warn!(%error, "reading the vector index's state failed"))
             .ok()
@@ -717,7 +719,7 @@ impl Worker {
             }
         };
         for (vector_embedding_id, pending) in deferred {
-            if pending > 0 {
+            if pending {
                 continue;
             }
             if let Err(error) = self.build_index(vector_embedding_id).await {

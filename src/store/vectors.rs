@@ -121,33 +121,48 @@ struct IndexRow {
 }
 
 /// Reads an association's [`IndexState`] in one statement; `None` once it was deleted.
+/// Pending versions are counted up to the association's rows or `count_at_least`, whichever
+/// is more (what the decision compares them with), so a huge backlog costs no more to count
+/// than the table it would be compared with.
 pub async fn index_state(
     pool: &sqlx::PgPool,
     vector_embedding_id: Uuid,
+    count_at_least: u64,
 ) -> Result<Option<IndexState>, sqlx::Error> {
     let table = table_name(vector_embedding_id);
     let row: Option<IndexRow> = sqlx::query_as(
         "SELECT ve.deferred_index_m, ve.deferred_index_ef_construction,
                 (SELECT c.reloptions FROM pg_class c WHERE c.oid = to_regclass($3)) AS index_options,
                 to_regclass($3) IS NOT NULL AS index_exists,
-                COALESCE((SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
-                                      THEN c.reltuples / c.relpages
-                                           * (pg_relation_size(c.oid) / current_setting('block_size')::int)
-                                      ELSE 0 END
-                          FROM pg_class c WHERE c.oid = to_regclass($2)), 0)::float8 AS rows,
-                p.pending, p.quiet,
+                r.rows, p.pending, q.quiet,
                 EXTRACT(EPOCH FROM clock_timestamp() - ve.deferred_index_at)::float8 AS deferred_for
          FROM vector_embeddings ve
          CROSS JOIN LATERAL (
-             SELECT count(*) AS pending,
-                    EXTRACT(EPOCH FROM clock_timestamp() - max(d.created_at))::float8 AS quiet
-             FROM documents d WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending'
+             SELECT COALESCE((SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
+                                          THEN c.reltuples / c.relpages
+                                               * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+                                          ELSE 0 END
+                              FROM pg_class c WHERE c.oid = to_regclass($2)), 0)::float8 AS rows
+         ) AS r
+         CROSS JOIN LATERAL (
+             SELECT count(*) AS pending FROM (
+                 SELECT 1 FROM documents d
+                 WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending'
+                 LIMIT greatest($4, r.rows::int8 + 1)
+             ) AS counted
          ) AS p
+         LEFT JOIN LATERAL (
+             SELECT EXTRACT(EPOCH FROM clock_timestamp() - d.created_at)::float8 AS quiet
+             FROM documents d
+             WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending'
+             ORDER BY d.created_at DESC LIMIT 1
+         ) AS q ON true
          WHERE ve.id = $1",
     )
     .bind(vector_embedding_id)
     .bind(&table)
     .bind(index_name(&table))
+    .bind(i64::try_from(count_at_least).unwrap_or(i64::MAX))
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|row| IndexState {
@@ -165,7 +180,7 @@ pub async fn index_state(
 
 /// How long dropping an index for a burst waits for the searches and groups that use the
 /// table before it gives up (the burst then goes into the live index).
-const DEFER_LOCK_TIMEOUT: &str = "2s";
+const DEFER_LOCK_TIMEOUT: &str = "1s";
 
 /// Drops an association's HNSW index for a burst of ingestion and records `params` to build
 /// it again, in one transaction. `Ok(false)` when another worker did so first or the table's
@@ -291,11 +306,11 @@ pub async fn build_deferred_index(
     Ok(true)
 }
 
-/// Associations whose index is deferred, with their pipelines' pending versions.
-pub async fn deferred_indexes(pool: &sqlx::PgPool) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
+/// Associations whose index is deferred, each with whether its pipeline has pending versions.
+pub async fn deferred_indexes(pool: &sqlx::PgPool) -> Result<Vec<(Uuid, bool)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT ve.id, (SELECT count(*) FROM documents d
-                        WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending')
+        "SELECT ve.id, EXISTS (SELECT 1 FROM documents d
+                               WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending')
          FROM vector_embeddings ve WHERE ve.deferred_index_m IS NOT NULL",
     )
     .fetch_all(pool)
