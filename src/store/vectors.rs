@@ -379,7 +379,10 @@ pub async fn insert(
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
-    use super::{HnswParams, all_unit, hnsw_index_sql};
+    use super::{
+        HnswParams, MAX_BUILD_MEMORY_KB, all_unit, build_memory_kb, hnsw_index_sql,
+        params_from_options,
+    };
 
     #[test]
     fn index_parameters_keep_to_pgvector_bounds() {
@@ -405,5 +408,27 @@ mod tests {
         assert!(!all_unit(&[0.0, 0.0], 2));
         assert!(all_unit(&[], 2));
         assert!(!all_unit(&[1.0], 0));
+    }
+
+    #[test]
+    fn a_dropped_index_keeps_its_build_parameters() {
+        let options = ["m=12".to_owned(), "ef_construction=40".to_owned()];
+        assert_eq!(params_from_options(&options), HnswParams::new(12, 40).ok());
+        // pgvector's defaults for options the index does not name.
+        assert_eq!(params_from_options(&[]), HnswParams::new(16, 64).ok());
+        assert_eq!(
+            params_from_options(&["ef_construction=100".to_owned()]),
+            HnswParams::new(16, 100).ok()
+        );
+    }
+
+    #[test]
+    fn a_build_gets_memory_for_its_graph_within_bounds() {
+        // 59,833 vectors of 384 dimensions at m 10: about 154 MB (64 MB held half the graph).
+        let kb = build_memory_kb(59_833, 384, 10);
+        assert!((150_000..160_000).contains(&kb), "{kb}");
+        assert_eq!(build_memory_kb(10, 384, 10), 64 * 1024);
+        assert_eq!(build_memory_kb(10_000_000, 384, 10), MAX_BUILD_MEMORY_KB);
+        assert_eq!(build_memory_kb(u64::MAX, 2000, 100), MAX_BUILD_MEMORY_KB);
     }
 }
