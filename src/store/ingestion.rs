@@ -130,6 +130,12 @@ pub async fn store_group(
         return Ok(Vec::new());
     }
     let mut tx = pool.begin().await?;
+    // No statement timeout for the group: its statements are bounded by its size, and its
+    // insert into the vector table waits for a deferred index build (minutes for a large
+    // association); cancelled, the group would return to the queue and wait again.
+    sqlx::query("SELECT set_config('statement_timeout', '0', true)")
+        .execute(&mut *tx)
+        .await?;
     // The pipeline's row first, as document deletes do: a pipeline delete (which locks it
     // exclusively before dropping the vector table) waits for the group, or the group for it.
     sqlx::query("SELECT 1 FROM pipelines WHERE id = $1 FOR KEY SHARE")

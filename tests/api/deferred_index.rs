@@ -288,3 +288,34 @@ async fn a_burst_whose_last_batch_finds_recent_submissions_is_built_a_second_lat
     );
     assert_searches_exact(&app, &pid, &table).await;
 }
+
+#[tokio::test]
+async fn a_group_waits_for_an_index_build_longer_than_the_statement_timeout() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        env: HashMap::from([("TROVE_STATEMENT_TIMEOUT".to_owned(), "1".to_owned())]),
+        ..AppOptions::default()
+    })
+    .await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 20).await;
+    // A build holds the table (SHARE) for longer than the statement timeout.
+    let mut build = app.pool.begin().await.expect("build");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN SHARE MODE"
+    )))
+    .execute(&mut *build)
+    .await
+    .expect("lock");
+    let worker = app.worker().await;
+    let step = tokio::spawn(async move {
+        worker
+            .step(std::time::Duration::from_millis(300))
+            .await
+            .expect("step")
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    build.commit().await.expect("release");
+    let outcome = step.await.expect("join");
+    assert_eq!((outcome.stored, outcome.failed), (20, 0), "{outcome:?}");
+}
