@@ -244,7 +244,10 @@ pub async fn search_context<'e>(
     let mut select = select_base();
     select
         .expr_as(
-            Expr::col((Alias::new("embedding_models"), Alias::new("secret_parameters"))),
+            Expr::col((
+                Alias::new("embedding_models"),
+                Alias::new("secret_parameters"),
+            )),
             Alias::new("em_secret_parameters"),
         )
         .expr_as(
@@ -259,14 +262,9 @@ pub async fn search_context<'e>(
         // `reltuples` alone lagged autovacuum by a minute: searches took a 5 % scope for the
         // whole table and walked it with too short a list).
         .expr_as(
-            Expr::cust(
-                "(SELECT CASE WHEN c.relpages > 0 AND c.reltuples >= 0
-                              THEN (c.reltuples / c.relpages
-                                    * (pg_relation_size(c.oid) / current_setting('block_size')::int))::real
-                              ELSE c.reltuples END
-                  FROM pg_class AS c
-                  WHERE c.oid = to_regclass('vectors_' || replace(\"vector_embeddings\".\"id\"::text, '-', '')))",
-            ),
+            Expr::cust(super::vectors::estimated_rows_sql(
+                "to_regclass('vectors_' || replace(\"vector_embeddings\".\"id\"::text, '-', ''))",
+            )),
             Alias::new("ve_estimated_rows"),
         )
         .expr_as(

@@ -21,6 +21,19 @@ fn index_name(table: &str) -> String {
     format!("{table}_hnsw")
 }
 
+/// The planner's estimate of the rows of the table whose oid `oid` yields, as Postgres scales
+/// it: the analysed rows per page times the table's pages now (`reltuples`, negative when never
+/// analysed, while it has no pages or no analysis). A SQL expression of type `real`.
+pub fn estimated_rows_sql(oid: &str) -> String {
+    format!(
+        "(SELECT CASE WHEN c.relpages > 0 AND c.reltuples >= 0
+                      THEN (c.reltuples / c.relpages
+                            * (pg_relation_size(c.oid) / current_setting('block_size')::int))::real
+                      ELSE c.reltuples END
+          FROM pg_class AS c WHERE c.oid = {oid})"
+    )
+}
+
 /// The DDL of an association's HNSW index (cosine distance, the default strategy) on `table`.
 pub fn hnsw_index_sql(table: &str, params: HnswParams) -> String {
     format!(
@@ -130,7 +143,7 @@ pub async fn index_state(
     count_at_least: u64,
 ) -> Result<Option<IndexState>, sqlx::Error> {
     let table = table_name(vector_embedding_id);
-    let row: Option<IndexRow> = sqlx::query_as(
+    let row: Option<IndexRow> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT ve.deferred_index_m, ve.deferred_index_ef_construction,
                 (SELECT c.reloptions FROM pg_class c WHERE c.oid = to_regclass($3)) AS index_options,
                 to_regclass($3) IS NOT NULL AS index_exists,
@@ -138,11 +151,7 @@ pub async fn index_state(
                 EXTRACT(EPOCH FROM clock_timestamp() - ve.deferred_index_at)::float8 AS deferred_for
          FROM vector_embeddings ve
          CROSS JOIN LATERAL (
-             SELECT COALESCE((SELECT CASE WHEN c.relpages > 0 AND c.reltuples > 0
-                                          THEN c.reltuples / c.relpages
-                                               * (pg_relation_size(c.oid) / current_setting('block_size')::int)
-                                          ELSE 0 END
-                              FROM pg_class c WHERE c.oid = to_regclass($2)), 0)::float8 AS rows
+             SELECT greatest(COALESCE({}, 0), 0)::float8 AS rows
          ) AS r
          CROSS JOIN LATERAL (
              SELECT count(*) AS pending FROM (
@@ -158,7 +167,8 @@ pub async fn index_state(
              ORDER BY d.created_at DESC LIMIT 1
          ) AS q ON true
          WHERE ve.id = $1",
-    )
+        estimated_rows_sql("to_regclass($2)")
+    )))
     .bind(vector_embedding_id)
     .bind(&table)
     .bind(index_name(&table))
