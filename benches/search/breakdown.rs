@@ -104,10 +104,13 @@ async fn reads(bench: &Bench<'_>) -> [Samples; 5] {
     let pipeline_id = target.pipeline_id;
     let probe = &bench.measured[0];
     let key_check = time_n(ROUNDS, |_| async move {
-        trove::store::api_keys::key_for_auth(pool, master)
+        let mut connection = pool.acquire_warm().await.expect("connection");
+        let key = trove::store::api_keys::key_for_auth(&mut connection, master)
             .await
             .expect("key")
-            .expect("master key")
+            .expect("master key");
+        connection.park();
+        key
     })
     .await;
     let context_read = time_n(ROUNDS, |_| async move {

@@ -55,7 +55,17 @@ pub async fn authenticate(
 
     // The key and its permissions, in one statement; the permissions are only used once the
     // key is verified.
-    let (key, entries) = match store::api_keys::key_for_auth(pool, key_id).await {
+    let read = match pool.acquire_warm().await {
+        Ok(mut connection) => {
+            let read = store::api_keys::key_for_auth(&mut connection, key_id).await;
+            if read.is_ok() {
+                connection.park();
+            }
+            read
+        }
+        Err(error) => Err(error),
+    };
+    let (key, entries) = match read {
         Ok(Some(found)) => found,
         Ok(None) => return Err(ApiError::InvalidKeyOrSecret),
         Err(error) => {

@@ -195,7 +195,7 @@ impl Prefetched {
 
 /// Reads a pipeline's search context ahead of the permission check, on a connection it keeps.
 pub async fn prefetch(state: &AppState, pipeline_id: Uuid) -> Prefetched {
-    let mut connection = match state.pool.acquire().await {
+    let mut connection = match state.pool.acquire_warm().await {
         Ok(connection) => connection,
         Err(error) => {
             return Prefetched {
@@ -220,7 +220,7 @@ pub async fn prefetch(state: &AppState, pipeline_id: Uuid) -> Prefetched {
 async fn statement_connection(state: &AppState, kept: Option<Connection>) -> ApiResult<Connection> {
     Ok(match kept {
         Some(connection) => connection,
-        None => state.pool.acquire().await?,
+        None => state.pool.acquire_warm().await?,
     })
 }
 
@@ -251,19 +251,21 @@ pub async fn run_with(
     let (context, connection) = permitted_context(state, auth, pipeline_id, prefetched).await?;
     let pipeline = &context.pipeline;
     // The search statement runs on the connection that read the context: its server process
-    // has just worked on this pipeline, and the search takes one connection from the pool
-    // fewer. (The pool hands out the connection idle longest: after a burst of concurrent
-    // requests, consecutive statements land on a dozen different server processes, and the
-    // same statement took 1.29 ms there against 0.94 ms on the connection used just before.)
-    // A model embedding the query outside the process can take hundreds of milliseconds,
-    // during which the connection goes back to the pool.
-    let connection = connection.filter(|_| {
-        pipeline
-            .em_provider
-            .as_deref()
-            .and_then(ProviderKind::parse)
-            != Some(ProviderKind::OpenAi)
-    });
+    // has just worked on this pipeline, and the search takes one connection fewer. A model
+    // embedding the query outside the process can take hundreds of milliseconds, during
+    // which the connection serves others.
+    let remote_model = pipeline
+        .em_provider
+        .as_deref()
+        .and_then(ProviderKind::parse)
+        == Some(ProviderKind::OpenAi);
+    let connection = match connection {
+        Some(connection) if remote_model => {
+            connection.park();
+            None
+        }
+        kept => kept,
+    };
     let params = EffectiveParams::from_request(input.params.as_ref());
     check_kind(input.kind, pipeline, &params)?;
     // The query's vector (similarity and MMR with k > 0) is computed while the
@@ -519,7 +521,7 @@ impl Search<'_> {
         };
         let scope = self.scope();
         let p = &self.params;
-        if kind == SearchKind::Similarity {
+        let hits = if kind == SearchKind::Similarity {
             search::similarity(&mut connection, &scope, &query, p.k, p.threshold).await
         } else {
             search::mmr(
@@ -532,7 +534,9 @@ impl Search<'_> {
                 p.threshold,
             )
             .await
-        }
+        }?;
+        connection.park();
+        Ok(hits)
     }
 
     /// Full-text search.
@@ -542,13 +546,15 @@ impl Search<'_> {
         }
         let mut connection = statement_connection(self.state, self.connection.take()).await?;
         let scope = self.scope();
-        search::full_text(
+        let hits = search::full_text(
             &mut connection,
             &scope,
             query,
             self.params.k,
             self.params.threshold,
         )
-        .await
+        .await?;
+        connection.park();
+        Ok(hits)
     }
 }

@@ -73,7 +73,7 @@ pub struct EntryWrite {
 /// Reads a key and its permission entries for the key check, in one statement: a row per
 /// entry (or one row without an entry), the key's columns on each.
 pub async fn key_for_auth(
-    pool: &PgPool,
+    connection: &mut sqlx::PgConnection,
     id: Uuid,
 ) -> Result<Option<(KeyForAuth, Vec<PermissionEntry>)>, sqlx::Error> {
     #[derive(sqlx::FromRow)]
@@ -92,7 +92,7 @@ pub async fn key_for_auth(
          WHERE k.id = $1 ORDER BY p.object_type, p.object_id",
     )
     .bind(id)
-    .fetch_all(pool)
+    .fetch_all(connection)
     .await?;
     let mut rows = rows.into_iter().peekable();
     let Some(first) = rows.peek() else {

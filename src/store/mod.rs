@@ -18,8 +18,10 @@ pub mod pipelines;
 pub mod taxonomies;
 pub mod text_splitters;
 pub mod vectors;
+mod warm;
 
 use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{ConnAcquireErr, DatabaseConnection, DbErr, RuntimeErr, SqlxPostgresConnector};
@@ -36,13 +38,29 @@ use crate::error::ApiError;
 pub struct Pool {
     sqlx: PgPool,
     orm: DatabaseConnection,
+    warm: Arc<warm::WarmConnections>,
 }
 
 impl Pool {
     /// Wraps a pool; sea-orm takes its connections from it.
     pub fn new(sqlx: PgPool) -> Self {
         let orm = SqlxPostgresConnector::from_sqlx_postgres_pool(sqlx.clone());
-        Self { sqlx, orm }
+        Self {
+            sqlx,
+            orm,
+            warm: Arc::default(),
+        }
+    }
+
+    /// A connection for a hot path, the most recently parked first (see [`warm`]).
+    pub async fn acquire_warm(&self) -> Result<Connection, sqlx::Error> {
+        warm::acquire(&self.sqlx, &self.warm).await
+    }
+
+    /// Closes the pool once every connection is back (the parked ones first).
+    pub async fn close(&self) {
+        self.warm.release_all();
+        self.sqlx.close().await;
     }
 
     /// The sqlx pool (for statements generic over the executor).
@@ -64,8 +82,8 @@ impl Deref for Pool {
     }
 }
 
-/// A connection taken from the pool (kept across statements of one request).
-pub type Connection = sqlx::pool::PoolConnection<sqlx::Postgres>;
+/// A connection taken for a hot path (kept across statements of one request).
+pub use warm::Connection;
 
 /// A connection as statements take it (a pooled connection or an open transaction derefs to
 /// it), for services that run several store functions in one transaction.

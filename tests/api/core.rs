@@ -442,3 +442,46 @@ async fn connections_closed_by_the_server_are_replaced_after_a_second_idle() {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     }
 }
+
+/// The hot paths' connections: the one parked last is handed out first (sqlx's pool hands
+/// out the one idle longest, a different server process each time after a burst), and one
+/// dropped without being parked goes back to sqlx's pool instead.
+#[tokio::test]
+async fn warm_connections_are_reused_most_recent_first() {
+    let app = crate::helpers::spawn_app_without_worker().await;
+    let pool = &app.state.pool;
+    async fn backend(connection: &mut trove::store::Connection) -> i32 {
+        sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut **connection)
+            .await
+            .unwrap()
+    }
+    // Several idle connections in sqlx's pool, so that it would rotate among them.
+    let mut opened = Vec::new();
+    for _ in 0..4 {
+        opened.push(pool.acquire().await.unwrap());
+    }
+    drop(opened);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    let mut first = pool.acquire_warm().await.unwrap();
+    let parked = backend(&mut first).await;
+    first.park();
+    for _ in 0..5 {
+        let mut again = pool.acquire_warm().await.unwrap();
+        assert_eq!(backend(&mut again).await, parked);
+        again.park();
+    }
+
+    // Two taken at once: the second comes from sqlx's pool. Dropped without `park`, it goes
+    // back there; the parked one is still handed out first.
+    let mut held = pool.acquire_warm().await.unwrap();
+    let mut other = pool.acquire_warm().await.unwrap();
+    let dropped = backend(&mut other).await;
+    assert_ne!(dropped, parked);
+    drop(other);
+    assert_eq!(backend(&mut held).await, parked);
+    held.park();
+    let mut next = pool.acquire_warm().await.unwrap();
+    assert_eq!(backend(&mut next).await, parked);
+}
