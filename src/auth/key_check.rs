@@ -41,6 +41,21 @@ fn record_outage(error: &store::DatabaseError, unavailable: &prometheus::Counter
     }
 }
 
+/// The credentials a request carries, checked in the interface's order (key header, secret
+/// header, key id) before anything is read.
+pub struct Credentials<'a> {
+    pub key_id: Uuid,
+    secret: &'a str,
+}
+
+/// The request's credentials, or the interface's 401 for what is missing or malformed.
+pub fn credentials(headers: &HeaderMap) -> Result<Credentials<'_>, ApiError> {
+    let key = visible_header(headers, "x-api-key").ok_or(ApiError::NoApiKey)?;
+    let secret = visible_header(headers, "x-api-key-secret").ok_or(ApiError::NoApiSecret)?;
+    let key_id = Uuid::parse_str(key).map_err(|_| ApiError::InvalidKeyId)?;
+    Ok(Credentials { key_id, secret })
+}
+
 /// Authenticates a request. Failures are the interface's 401s; a database that cannot be
 /// reached also answers `Invalid API Key or Secret`, and is counted in `unavailable` and
 /// logged so that operators can tell an outage from bad credentials.
@@ -49,15 +64,12 @@ pub async fn authenticate(
     headers: &HeaderMap,
     unavailable: &prometheus::Counter,
 ) -> Result<AuthContext, ApiError> {
-    let key = visible_header(headers, "x-api-key").ok_or(ApiError::NoApiKey)?;
-    let secret = visible_header(headers, "x-api-key-secret").ok_or(ApiError::NoApiSecret)?;
-    let key_id = Uuid::parse_str(key).map_err(|_| ApiError::InvalidKeyId)?;
-
+    let credentials = credentials(headers)?;
     // The key and its permissions, in one statement; the permissions are only used once the
     // key is verified.
     let read = match pool.acquire_warm().await {
         Ok(mut connection) => {
-            let read = store::api_keys::key_for_auth(&mut connection, key_id).await;
+            let read = store::api_keys::key_for_auth(&mut connection, credentials.key_id).await;
             if read.is_ok() {
                 connection.park();
             }
@@ -65,6 +77,16 @@ pub async fn authenticate(
         }
         Err(error) => Err(error),
     };
+    verify(&credentials, read, unavailable)
+}
+
+/// The key check on a key as read for `credentials` (`None`: no such key; an error: the
+/// database could not be read).
+pub fn verify(
+    credentials: &Credentials<'_>,
+    read: Result<store::api_keys::KeyRead, store::DatabaseError>,
+    unavailable: &prometheus::Counter,
+) -> Result<AuthContext, ApiError> {
     let (key, entries) = match read {
         Ok(Some(found)) => found,
         Ok(None) => return Err(ApiError::InvalidKeyOrSecret),
@@ -74,7 +96,7 @@ pub async fn authenticate(
         }
     };
     // Verify the secret before looking at state, so every refusal costs the same.
-    let secret_ok = verify_key_secret(key.id, secret, &key.secret_hash);
+    let secret_ok = verify_key_secret(key.id, credentials.secret, &key.secret_hash);
     let expired = key.expiration.is_some_and(|t| t <= Utc::now());
     if !secret_ok || !key.active || expired {
         return Err(ApiError::InvalidKeyOrSecret);

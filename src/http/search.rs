@@ -9,6 +9,7 @@ use super::ApiTags;
 use super::documents::Fragments;
 use super::extract::{self, Auth, state};
 use super::respond::{Described, Json};
+use crate::auth::key_check;
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
 
@@ -120,10 +121,11 @@ pub struct SearchBody {
     distance_strategy: Option<DistanceStrategyName>,
 }
 
-/// [`Auth`] for a search, which also reads the pipeline's search context while the key is
-/// checked: two round trips of latency become one. The context is only used once the key is
-/// verified and holds read and execute on the pipeline; it is not read at all when the request
-/// carries no credentials or its path no pipeline id.
+/// [`Auth`] for a search, which also reads the pipeline's search context in the key check's
+/// statement: two reads before the search statement become one round trip. The context is
+/// only used once the key is verified and holds read and execute on the pipeline; it is not
+/// read when the request's credentials are refused before any read or its path holds no
+/// pipeline id.
 pub struct SearchAuth {
     auth: Auth,
     context: Option<service::Prefetched>,
@@ -148,31 +150,23 @@ impl<'a> ApiExtractor<'a> for SearchAuth {
         _opts: ExtractParamOptions<()>,
     ) -> poem::Result<Self> {
         let state = state(request)?;
-        let headers = request.headers();
+        let unavailable = &state.metrics.key_check_unavailable;
         // The route's only path parameter (poem-openapi numbers them).
         let pipeline_id = request
             .raw_path_param("param0")
-            .and_then(|raw| uuid::Uuid::parse_str(raw).ok())
-            .filter(|_| {
-                headers.contains_key("x-api-key") && headers.contains_key("x-api-key-secret")
+            .and_then(|raw| uuid::Uuid::parse_str(raw).ok());
+        let Some(pipeline_id) = pipeline_id else {
+            let auth = key_check::authenticate(&state.pool, request.headers(), unavailable);
+            return Ok(SearchAuth {
+                auth: Auth(auth.await?),
+                context: None,
             });
-        let prefetch = async {
-            match pipeline_id {
-                Some(id) => Some(service::prefetch(state, id).await),
-                None => None,
-            }
         };
-        let (auth, context) = tokio::join!(
-            crate::auth::key_check::authenticate(
-                &state.pool,
-                headers,
-                &state.metrics.key_check_unavailable
-            ),
-            prefetch
-        );
+        let credentials = key_check::credentials(request.headers())?;
+        let (key, context) = service::prefetch(state, credentials.key_id, pipeline_id).await;
         Ok(SearchAuth {
-            auth: Auth(auth?),
-            context,
+            auth: Auth(key_check::verify(&credentials, key, unavailable)?),
+            context: Some(context),
         })
     }
 }

@@ -11,8 +11,9 @@ use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
 use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, VectorQuery};
 use crate::state::AppState;
-use crate::store::Connection;
+use crate::store::api_keys::KeyRead;
 use crate::store::pipelines::{PipelineRow, SearchContext};
+use crate::store::{Connection, DatabaseError};
 
 /// Search kinds of the request's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,25 +194,37 @@ impl Prefetched {
     }
 }
 
-/// Reads a pipeline's search context ahead of the permission check, on a connection it keeps.
-pub async fn prefetch(state: &AppState, pipeline_id: Uuid) -> Prefetched {
+/// Reads the key `key_id` (for the key check) and the pipeline's search context (ahead of
+/// the permission check) in one statement, on a connection it keeps.
+pub async fn prefetch(
+    state: &AppState,
+    key_id: Uuid,
+    pipeline_id: Uuid,
+) -> (Result<KeyRead, DatabaseError>, Prefetched) {
+    let failed = |error: DatabaseError| {
+        let prefetched = Prefetched {
+            pipeline_id,
+            context: Err(ApiError::from(&error)),
+            connection: None,
+        };
+        (Err(error), prefetched)
+    };
     let mut connection = match state.pool.acquire_warm().await {
         Ok(connection) => connection,
-        Err(error) => {
-            return Prefetched {
-                pipeline_id,
-                context: Err(error.into()),
-                connection: None,
-            };
-        }
+        Err(error) => return failed(error),
     };
-    let context = crate::store::pipelines::search_context(&mut *connection, pipeline_id)
+    match crate::store::pipelines::key_and_search_context(&mut connection, key_id, pipeline_id)
         .await
-        .map_err(ApiError::from);
-    Prefetched {
-        pipeline_id,
-        connection: context.is_ok().then_some(connection),
-        context,
+    {
+        Ok((key, context)) => (
+            Ok(key),
+            Prefetched {
+                pipeline_id,
+                context: Ok(context),
+                connection: Some(connection),
+            },
+        ),
+        Err(error) => failed(error),
     }
 }
 

@@ -70,43 +70,63 @@ pub struct EntryWrite {
     pub classifications: Vec<String>,
 }
 
-/// Reads a key and its permission entries for the key check, in one statement: a row per
-/// entry (or one row without an entry), the key's columns on each.
+/// A key as the key check reads it, with its permission entries (`None`: no such key).
+pub type KeyRead = Option<(KeyForAuth, Vec<PermissionEntry>)>;
+
+/// Reads a key and its permission entries for the key check, in one statement (one row, the
+/// entries aggregated: see [`KEY_COLUMNS`]).
 pub async fn key_for_auth(
     connection: &mut sqlx::PgConnection,
     id: Uuid,
-) -> Result<Option<(KeyForAuth, Vec<PermissionEntry>)>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        key: KeyForAuth,
-        object_type: Option<String>,
-        object_id: Option<Uuid>,
-        permission: Option<i16>,
-        classifications: Option<Vec<String>>,
-    }
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT k.id, k.name, k.description, k.secret_hash, k.active, k.expiration, k.is_master,
-                p.object_type, p.object_id, p.permission, p.classifications
-         FROM api_keys AS k LEFT JOIN permissions AS p ON p.api_key_id = k.id
-         WHERE k.id = $1 ORDER BY p.object_type, p.object_id",
-    )
+) -> Result<KeyRead, sqlx::Error> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {KEY_COLUMNS} FROM (SELECT 1) AS one \
+         LEFT JOIN api_keys AS auth_key ON auth_key.id = $1"
+    )))
     .bind(id)
-    .fetch_all(connection)
+    .fetch_one(connection)
     .await?;
-    let mut rows = rows.into_iter().peekable();
-    let Some(first) = rows.peek() else {
+    key_from_columns(&row)
+}
+
+/// The key check's read as columns of a larger statement that joins `api_keys AS auth_key`
+/// (see `pipelines::key_and_search_context`): the key's columns prefixed `auth_`, and its
+/// entries as one JSON array of `[object_type, object_id, permission, classifications]`.
+pub(super) const KEY_COLUMNS: &str = "auth_key.id AS auth_id, auth_key.name AS auth_name, \
+     auth_key.description AS auth_description, auth_key.secret_hash AS auth_secret_hash, \
+     auth_key.active AS auth_active, auth_key.expiration AS auth_expiration, \
+     auth_key.is_master AS auth_is_master, \
+     (SELECT coalesce(json_agg(json_build_array(p.object_type, p.object_id, p.permission, \
+         p.classifications) ORDER BY p.object_type, p.object_id), '[]') \
+      FROM permissions AS p WHERE p.api_key_id = auth_key.id) AS auth_permissions";
+
+/// The key and its entries from [`KEY_COLUMNS`] (`None`: no such key).
+pub(super) fn key_from_columns(row: &sqlx::postgres::PgRow) -> Result<KeyRead, sqlx::Error> {
+    use sqlx::Row;
+    let Some(id) = row.try_get::<Option<Uuid>, _>("auth_id")? else {
         return Ok(None);
     };
-    let key = first.key.clone();
-    let entries = rows
-        .filter_map(|r| {
+    let key = KeyForAuth {
+        id,
+        name: row.try_get("auth_name")?,
+        description: row.try_get("auth_description")?,
+        secret_hash: row.try_get("auth_secret_hash")?,
+        active: row.try_get("auth_active")?,
+        expiration: row.try_get("auth_expiration")?,
+        is_master: row.try_get("auth_is_master")?,
+    };
+    type EntryColumns = (String, Uuid, i16, Vec<String>);
+    let sqlx::types::Json(entries): sqlx::types::Json<Vec<EntryColumns>> =
+        row.try_get("auth_permissions")?;
+    let entries = entries
+        .into_iter()
+        .filter_map(|(object_type, object_id, permission, classifications)| {
             entry(permission::Model {
-                api_key_id: key.id,
-                object_type: r.object_type?,
-                object_id: r.object_id?,
-                permission: r.permission?,
-                classifications: r.classifications?,
+                api_key_id: id,
+                object_type,
+                object_id,
+                permission,
+                classifications,
             })
         })
         .collect();

@@ -10,6 +10,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::Pool;
+use super::api_keys::KeyRead;
 use super::entities::{self, embedding_model, pipeline, text_splitter};
 use crate::time::rfc3339;
 
@@ -239,6 +240,42 @@ pub async fn search_context<'e>(
     db: impl sqlx::PgExecutor<'e>,
     id: Uuid,
 ) -> Result<Option<SearchContext>, sqlx::Error> {
+    let (sql, values) = search_context_statement(id);
+    sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
+        .fetch_optional(db)
+        .await
+}
+
+/// The key check's read of `key_id` and the [`SearchContext`] of `pipeline_id`, in one
+/// statement: a search's two reads before its statement, one round trip instead of two.
+pub async fn key_and_search_context(
+    connection: &mut PgConnection,
+    key_id: Uuid,
+    pipeline_id: Uuid,
+) -> Result<(KeyRead, Option<SearchContext>), sqlx::Error> {
+    use sqlx::{FromRow, Row};
+    let (context_sql, mut values) = search_context_statement(pipeline_id);
+    values.0.0.push(sea_query::Value::Uuid(Some(key_id)));
+    let sql = format!(
+        "SELECT {}, context.* FROM (SELECT 1) AS one \
+         LEFT JOIN api_keys AS auth_key ON auth_key.id = ${} \
+         LEFT JOIN ({context_sql}) AS context ON true",
+        super::api_keys::KEY_COLUMNS,
+        values.0.0.len()
+    );
+    let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), values)
+        .fetch_one(connection)
+        .await?;
+    let key = super::api_keys::key_from_columns(&row)?;
+    let context = match row.try_get::<Option<Uuid>, _>("id")? {
+        Some(_) => Some(SearchContext::from_row(&row)?),
+        None => None,
+    };
+    Ok((key, context))
+}
+
+/// The statement of [`search_context`].
+fn search_context_statement(id: Uuid) -> (String, sea_query_sqlx::SqlxValues) {
     use sea_query::PostgresQueryBuilder;
     use sea_query_sqlx::SqlxBinder;
     let mut select = select_base();
@@ -308,10 +345,7 @@ pub async fn search_context<'e>(
             Alias::new(alias),
         );
     }
-    let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
-    sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
-        .fetch_optional(db)
-        .await
+    select.build_sqlx(PostgresQueryBuilder)
 }
 
 /// What a new pipeline stores.

@@ -754,3 +754,64 @@ async fn selective_scopes_are_searched_exactly() {
         .await
         .unwrap();
 }
+
+/// A search reads its key in the same statement as the pipeline's search context: every
+/// refusal of the key check holds there, on the very next request.
+#[tokio::test]
+async fn a_search_checks_its_key_in_the_context_read() {
+    let (app, pid) = searchable_app().await;
+    let path = format!("/pipelines/{pid}/search");
+    let body = json!({"query": "cats", "type": "similarity", "classification": "public"});
+    let created = app.create_key_with(json!({"name": "searcher"})).await;
+    let key = crate::helpers::key_of(&created);
+    app.grant(
+        &key.0,
+        json!([{"object_type": "pipelines", "object_id": pid, "permission": 5, "classifications": ["public"]}]),
+    )
+    .await;
+    let search_as = |key: (String, String)| {
+        let app = &app;
+        let path = path.clone();
+        let body = body.clone();
+        async move {
+            app.send_as(&key, reqwest::Method::POST, &path, Some(&body))
+                .await
+        }
+    };
+    let found = search_as(key.clone()).await;
+    assert_eq!(found.status, StatusCode::OK, "{}", found.text);
+    assert!(!found.body.as_array().unwrap().is_empty());
+
+    let refused = |reply: crate::helpers::Reply| {
+        crate::helpers::assert_error(
+            &reply,
+            StatusCode::UNAUTHORIZED,
+            "Invalid API Key or Secret",
+        );
+    };
+    refused(search_as((key.0.clone(), "wrong".to_owned())).await);
+    refused(search_as((uuid::Uuid::new_v4().to_string(), key.1.clone())).await);
+
+    let expired = app
+        .patch(
+            &format!("/api-keys/{}", key.0),
+            &json!({"expiration": "2001-02-03T04:05:06Z"}),
+        )
+        .await;
+    assert_eq!(expired.status, StatusCode::OK, "{}", expired.text);
+    refused(search_as(key.clone()).await);
+    let renewed = app
+        .patch(
+            &format!("/api-keys/{}", key.0),
+            &json!({"expiration": null}),
+        )
+        .await;
+    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
+    assert_eq!(search_as(key.clone()).await.status, StatusCode::OK);
+
+    let off = app
+        .patch(&format!("/api-keys/{}", key.0), &json!({"active": false}))
+        .await;
+    assert_eq!(off.status, StatusCode::OK, "{}", off.text);
+    refused(search_as(key).await);
+}
