@@ -79,6 +79,64 @@ fn template_name() -> String {
     format!("trove_test_tpl_{hex}")
 }
 
+/// A test database is used for less than this (a test binary runs for minutes).
+const STALE_AFTER_SECONDS: u64 = 1800;
+
+/// Drops, once per test process, the test databases of earlier runs: named
+/// `trove_test_<unix seconds>_<uuid>` and older than [`STALE_AFTER_SECONDS`] (or named
+/// `trove_test_<uuid>`, the form before the time was part of the name). Tests leave their
+/// databases behind; a server that runs the tests again and again would otherwise collect
+/// thousands, and autovacuum visits every one. Templates of earlier migrations go too. A
+/// database still connected to is kept (`DROP DATABASE` refuses it).
+async fn drop_stale_databases(conn: &mut PgConnection) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT datname FROM pg_database
+         WHERE datname ~ '^trove_test_([0-9]+_)?[0-9a-f]{32}$'",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("list test databases");
+    for name in names {
+        let created = name
+            .strip_prefix("trove_test_")
+            .and_then(|rest| rest.split_once('_'))
+            .and_then(|(secs, _)| secs.parse::<u64>().ok());
+        if created.is_some_and(|secs| now.saturating_sub(secs) < STALE_AFTER_SECONDS) {
+            continue;
+        }
+        drop_unless_connected(conn, &name).await;
+    }
+    // Templates of earlier migrations.
+    let templates: Vec<String> = sqlx::query_scalar(
+        "SELECT datname FROM pg_database
+         WHERE datname ~ '^trove_test_tpl_[0-9a-f]{12}$' AND datname <> $1",
+    )
+    .bind(template_name())
+    .fetch_all(&mut *conn)
+    .await
+    .expect("list test templates");
+    for name in templates {
+        drop_unless_connected(conn, &name).await;
+    }
+}
+
+/// `DROP DATABASE` without force: refused (and left) while anything is connected to it.
+async fn drop_unless_connected(conn: &mut PgConnection, name: &str) {
+    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name}"
+    )))
+    .execute(&mut *conn)
+    .await;
+}
+
 /// Creates (once, under an advisory lock) the migrated template, then a fresh database from it.
 async fn fresh_database() -> String {
     let admin = admin_url();
@@ -122,7 +180,12 @@ async fn fresh_database() -> String {
         .await
         .expect("publish template");
     }
-    let name = format!("trove_test_{}", Uuid::new_v4().simple());
+    drop_stale_databases(&mut conn).await;
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let name = format!("trove_test_{created}_{}", Uuid::new_v4().simple());
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE DATABASE {name} TEMPLATE {template}"
     )))
