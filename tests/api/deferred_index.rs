@@ -319,3 +319,31 @@ async fn a_group_waits_for_an_index_build_longer_than_the_statement_timeout() {
     let outcome = step.await.expect("join");
     assert_eq!((outcome.stored, outcome.failed), (20, 0), "{outcome:?}");
 }
+
+/// The build at the end of a burst analyses `fragments`: the worker last analysed it when
+/// the table held five groups (a group of 100 adds no more than a fifth of 500 rows), so the
+/// searches after the burst would otherwise estimate their scopes from a fraction of it.
+#[tokio::test]
+async fn the_build_at_the_end_of_a_burst_analyses_the_fragments() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    let analysed_rows = || async {
+        sqlx::query_scalar::<_, f32>("SELECT reltuples FROM pg_class WHERE relname = 'fragments'")
+            .fetch_one(&app.pool)
+            .await
+            .expect("reltuples")
+    };
+    submit(&app, &pid, 0, 800).await;
+    for _ in 0..6 {
+        assert_eq!(app.step().await.stored, 100);
+    }
+    assert_eq!(index(&app, &table).await.0, None, "index deferred");
+    assert_eq!(analysed_rows().await, 500.0);
+
+    // Two batches left and nothing submitted for a second: the index is built before the
+    // seventh is stored, and the table analysed with the 600 fragments it holds.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(app.step().await.stored, 100);
+    assert!(index(&app, &table).await.0.is_some(), "index built");
+    assert_eq!(analysed_rows().await, 600.0);
+}
