@@ -594,6 +594,8 @@ struct Scenario {
     differing: usize,
     /// Floor statements that took the exact path.
     exact_path: usize,
+    /// The share of the association the last floor's scope estimate admitted (restricted).
+    estimated_share: Option<f64>,
     concurrent: Concurrent,
 }
 
@@ -617,6 +619,7 @@ async fn sequential(s: &Searched, kind: Kind, probes: &[Probe], indexed: bool) -
         ids: vec![Vec::new(); n],
         differing: 0,
         exact_path: 0,
+        estimated_share: None,
         concurrent: Concurrent {
             http: Vec::new(),
             http_wall: Duration::ZERO,
@@ -641,6 +644,7 @@ async fn sequential(s: &Searched, kind: Kind, probes: &[Probe], indexed: bool) -
                 .await;
                 out.floor.push(statement.elapsed);
                 out.exact_path += usize::from(statement.exact);
+                out.estimated_share = statement.selectivity;
                 floor_ids[q] = statement.hits.iter().map(|h| h.0).collect::<Vec<Uuid>>();
             }
         }
@@ -954,6 +958,10 @@ fn scenario_rows(scenario: &Scenario, recall: f64, clients: usize) -> [Vec<Strin
     } else {
         "mixed"
     };
+    let path = match scenario.estimated_share {
+        Some(share) => format!("{path} (est. {:.2} %)", share * 100.0),
+        None => path.to_owned(),
+    };
     let hits: usize = scenario.ids.iter().map(Vec::len).sum();
     let mean_hits = hits as f64 / scenario.ids.len().max(1) as f64;
     let c = &scenario.concurrent;
@@ -971,7 +979,7 @@ fn scenario_rows(scenario: &Scenario, recall: f64, clients: usize) -> [Vec<Strin
         ),
         format!("{recall:.4}"),
         format!("{mean_hits:.2}/{K}"),
-        path.to_owned(),
+        path.clone(),
     ];
     let many = vec![
         name,
@@ -984,7 +992,7 @@ fn scenario_rows(scenario: &Scenario, recall: f64, clients: usize) -> [Vec<Strin
         format!("{:.2}", pct(&c.http, 50.0) / pct(&c.floor, 50.0)),
         String::new(),
         String::new(),
-        path.to_owned(),
+        path,
     ];
     [one, many]
 }

@@ -40,6 +40,8 @@ pub struct Floor {
     pub hits: Vec<(Uuid, f64)>,
     /// The statement computed every distance of the scope instead of walking the HNSW index.
     pub exact: bool,
+    /// The share of the association the planner's estimate put in a restricted scope.
+    pub selectivity: Option<f64>,
 }
 
 /// The statement of `search` planned as the service plans it (the path chosen from the
@@ -104,5 +106,6 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
         elapsed,
         hits,
         exact: path == NearestPath::Exact,
+        selectivity,
     }
 }
