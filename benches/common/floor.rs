@@ -71,6 +71,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
         let basis = EstimateBasis {
             vectors,
             metadata_indexes: &metadata_indexes,
+            pipeline_classifications: search.pipeline_classifications,
         };
         let estimate = estimate_scope_cached(pool, estimates, &scope, &basis)
             .await

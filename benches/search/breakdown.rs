@@ -126,7 +126,10 @@ async fn reads(bench: &Bench<'_>) -> [Samples; 5] {
     };
     let scope = &scope;
     let estimate = time_n(ROUNDS, |_| async move {
-        search::estimate_scope(pool, scope).await.expect("estimate")
+        let every = target.classifications.len() >= target.pipeline_classifications;
+        search::estimate_scope(pool, scope, every)
+            .await
+            .expect("estimate")
     })
     .await;
     let embed = time_n(ROUNDS, |i| {

@@ -189,9 +189,13 @@ impl Target {
                 filter: self.condition(&probe, true),
             };
             estimates.push(
-                search::estimate_scope(pool, &scope)
-                    .await
-                    .expect("estimate"),
+                search::estimate_scope(
+                    pool,
+                    &scope,
+                    self.classifications.len() >= self.pipeline_classifications,
+                )
+                .await
+                .expect("estimate"),
             );
         }
         let exact = estimates

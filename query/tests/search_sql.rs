@@ -221,7 +221,12 @@ fn the_scope_estimate_selects_nothing_but_keeps_every_condition() {
     snapshot(
         "search_scope_rows",
         r#"the scope of a search with filter {"title": {"$eq": "Dune"}}"#,
-        &scope_rows(&scope(&classifications, Some(filter))),
+        &scope_rows(&scope(&classifications, Some(filter.clone())), false),
+    );
+    snapshot(
+        "search_scope_rows_every_classification",
+        r#"the same scope naming every classification of its pipeline"#,
+        &scope_rows(&scope(&classifications, Some(filter)), true),
     );
 }
 

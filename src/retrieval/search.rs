@@ -97,20 +97,24 @@ pub enum NearestPath {
 }
 
 /// The planner's view of a scope: `EXPLAIN` of the scope's conditions alone, planned with the
-/// bound values (so statistics on a metadata field's expression apply).
+/// bound values (so statistics on a metadata field's expression apply). `every_classification`:
+/// the scope names every classification of the pipeline (see `trove_query::search::scope_rows`).
 pub async fn estimate_scope(
     pool: &PgPool,
     scope: &Scope<'_>,
+    every_classification: bool,
 ) -> Result<ScopeEstimate, sqlx::Error> {
-    let (sql, values) = scope_count_statement(scope);
+    let (sql, values) = scope_count_statement(scope, every_classification);
     explain_scope(pool, sql, values).await
 }
 
 /// What a scope's estimate was made from, besides the scope itself: the association's vector
-/// count in the statistics and the pipeline's metadata indexes.
+/// count in the statistics, the pipeline's metadata indexes, and how many classifications the
+/// pipeline has.
 pub struct EstimateBasis<'a> {
     pub vectors: f64,
     pub metadata_indexes: &'a [Uuid],
+    pub pipeline_classifications: usize,
 }
 
 /// [`estimate_scope`], reusing an estimate of the same scope made in the last minute on the
@@ -124,7 +128,8 @@ pub async fn estimate_scope_cached(
     scope: &Scope<'_>,
     basis: &EstimateBasis<'_>,
 ) -> Result<ScopeEstimate, sqlx::Error> {
-    let (sql, values) = scope_count_statement(scope);
+    let every_classification = scope.classifications.len() >= basis.pipeline_classifications;
+    let (sql, values) = scope_count_statement(scope, every_classification);
     // The statement and its values name the scope exactly (pipeline, classifications,
     // filter); the values' debug form is unambiguous for the types a scope binds.
     let key = format!(
@@ -140,8 +145,11 @@ pub async fn estimate_scope_cached(
 }
 
 /// The statement whose plan estimates a scope, with its values.
-fn scope_count_statement(scope: &Scope<'_>) -> (String, sea_query_sqlx::SqlxValues) {
-    trove_query::search::scope_rows(scope).build_sqlx(PostgresQueryBuilder)
+fn scope_count_statement(
+    scope: &Scope<'_>,
+    every_classification: bool,
+) -> (String, sea_query_sqlx::SqlxValues) {
+    trove_query::search::scope_rows(scope, every_classification).build_sqlx(PostgresQueryBuilder)
 }
 
 async fn explain_scope(

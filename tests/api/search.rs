@@ -711,7 +711,7 @@ async fn selective_scopes_are_searched_exactly() {
             &trove_query::filter::TeqExpansions::new(),
         )),
     };
-    let estimate = search::estimate_scope(&app.state.pool, &scope)
+    let estimate = search::estimate_scope(&app.state.pool, &scope, true)
         .await
         .unwrap();
     assert!(estimate.admitted <= 6.0, "estimate {estimate:?}");
@@ -814,4 +814,85 @@ async fn a_search_checks_its_key_in_the_context_read() {
         .await;
     assert_eq!(off.status, StatusCode::OK, "{}", off.text);
     refused(search_as(key).await);
+}
+
+/// A scope that names every classification of its pipeline is estimated without its
+/// classification condition: with as many fragments of each of three classifications, the
+/// planner's own estimate of `classification IN (all three)` is 0.70 of them (the sampled
+/// frequencies, ⅓ each as `real`, sum to just over 1, so it combines them as independent),
+/// which put a 5 % filter under the walk's threshold after some ingestions.
+#[tokio::test]
+async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline() {
+    use trove::retrieval::search::{self, Scope};
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    let model = app.create_hash_model("estimate", 16).await;
+    let pipeline = app
+        .new_pipeline(json!({
+            "embedding_model_id": model["id"],
+            "classifications": ["public", "internal", "restricted"],
+            "hierarchy": [],
+        }))
+        .await;
+    let pid = pipeline["id"].as_str().unwrap().to_owned();
+    let classes = ["public", "internal", "restricted"];
+    let documents: Vec<Value> = (0..60)
+        .map(|i| {
+            json!({"external_identifier": format!("d{i}"), "classification": classes[i % 3],
+                   "metadata": {"year": 2020 + i % 2}, "text": format!("short text number {i}")})
+        })
+        .collect();
+    let reply = app
+        .post(
+            &format!("/pipelines/{pid}/documents/batch"),
+            &json!({"documents": documents}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    while app.step().await.jobs > 0 {}
+    sqlx::query("ANALYZE fragments")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    let all = classes.map(str::to_owned);
+    let scope = Scope {
+        pipeline_id: uuid::Uuid::parse_str(&pid).unwrap(),
+        classifications: &all,
+        filter: None,
+    };
+    let every = search::estimate_scope(&app.state.pool, &scope, true)
+        .await
+        .unwrap();
+    assert!((59.0..=61.0).contains(&every.admitted), "{every:?}");
+    // The same through the service's cache, which knows the pipeline's classifications.
+    let cached = search::estimate_scope_cached(
+        &app.state.pool,
+        &trove::retrieval::estimates::ScopeEstimates::new(),
+        &scope,
+        &search::EstimateBasis {
+            vectors: 60.0,
+            metadata_indexes: &[],
+            pipeline_classifications: 3,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(cached.admitted, every.admitted);
+    // Two of the three keep their condition, and the planner sums their shares.
+    let two = ["public", "internal"].map(str::to_owned);
+    let some = search::estimate_scope(
+        &app.state.pool,
+        &Scope {
+            classifications: &two,
+            ..scope
+        },
+        false,
+    )
+    .await
+    .unwrap();
+    assert!((39.0..=41.0).contains(&some.admitted), "{some:?}");
 }
