@@ -62,13 +62,7 @@ async fn submit(app: &TestApp, pid: &str, from: usize, to: usize) {
                    "metadata": {"year": 2020 + i % 4}, "text": text(i)})
         })
         .collect();
-    let reply = app
-        .post(
-            &format!("/pipelines/{pid}/documents/batch"),
-            &json!({"documents": documents}),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    app.submit_batch(pid, documents).await;
 }
 
 /// The index's oid (`None` when it does not exist) and the recorded build parameters.

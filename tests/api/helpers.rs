@@ -672,6 +672,17 @@ impl TestApp {
         reply.body
     }
 
+    /// `POST /pipelines/{pid}/documents/batch` with the master key (expects 201).
+    pub async fn submit_batch(&self, pid: &str, documents: Vec<Value>) {
+        let reply = self
+            .post(
+                &format!("/pipelines/{pid}/documents/batch"),
+                &serde_json::json!({"documents": documents}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    }
+
     /// Creates a pipeline; returns its id.
     pub async fn new_pipeline_id(&self, extra: Value) -> String {
         str_of(&self.new_pipeline(extra).await, "id").to_owned()

@@ -845,13 +845,7 @@ async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline(
                    "metadata": {"year": 2020 + i % 2}, "text": format!("short text number {i}")})
         })
         .collect();
-    let reply = app
-        .post(
-            &format!("/pipelines/{pid}/documents/batch"),
-            &json!({"documents": documents}),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    app.submit_batch(&pid, documents).await;
     while app.step().await.jobs > 0 {}
     sqlx::query("ANALYZE fragments")
         .execute(&app.pool)
