@@ -127,14 +127,10 @@ pub async fn submit(
     input: NewDocument,
 ) -> ApiResult<VersionRow> {
     let schema = admitted(state, auth, pipeline_id, &input).await?;
-    let mut tx = state.pool.begin().await?;
-    store::lock_identity(&mut tx, pipeline_id, &input.external_identifier).await?;
-    let existing = store::identity(&mut tx, pipeline_id, &input.external_identifier).await?;
-    check_license_for_documents(state, usize::from(existing.is_none())).await?;
-    let (row, job) = store_version(state, &mut tx, pipeline_id, &schema, &input, existing).await?;
-    tx.commit().await?;
-    publish(state, &[job]).await?;
-    Ok(row)
+    let mut rows =
+        store_versions(state, pipeline_id, &[(&input, &schema)], |_, error| error).await?;
+    rows.pop()
+        .ok_or_else(|| ApiError::Internal("the version was not stored".to_owned()))
 }
 
 /// The most versions one batch submission holds.
@@ -173,39 +169,8 @@ pub async fn submit_batch(
         };
         schemas.push(schema);
     }
-    let mut tx = state.pool.begin().await?;
-    // Identities are locked in one order, so two batches cannot wait for each other.
-    let mut identities: Vec<&str> = inputs
-        .iter()
-        .map(|input| input.external_identifier.as_str())
-        .collect();
-    identities.sort_unstable();
-    identities.dedup();
-    let mut new_documents = 0;
-    for identity in &identities {
-        store::lock_identity(&mut tx, pipeline_id, identity).await?;
-        if store::identity(&mut tx, pipeline_id, identity)
-            .await?
-            .is_none()
-        {
-            new_documents += 1;
-        }
-    }
-    check_license_for_documents(state, new_documents).await?;
-    let mut rows = Vec::with_capacity(inputs.len());
-    let mut jobs = Vec::with_capacity(inputs.len());
-    for (index, (input, schema)) in inputs.iter().zip(&schemas).enumerate() {
-        // Within the transaction, an earlier item of the same document is its last version.
-        let existing = store::identity(&mut tx, pipeline_id, &input.external_identifier).await?;
-        let (row, job) = store_version(state, &mut tx, pipeline_id, schema, input, existing)
-            .await
-            .map_err(|error| item_error(index, error))?;
-        rows.push(row);
-        jobs.push(job);
-    }
-    tx.commit().await?;
-    publish(state, &jobs).await?;
-    Ok(rows)
+    let items: Vec<(&NewDocument, &Value)> = inputs.iter().zip(&schemas).collect();
+    store_versions(state, pipeline_id, &items, item_error).await
 }
 
 /// An item's own error in a batch.
@@ -276,16 +241,94 @@ async fn check_license_for_documents(state: &AppState, new_documents: usize) -> 
     .await
 }
 
-/// Validates a version against the document it extends (if any) and stores it `pending`, in
-/// the caller's transaction, after its identity was locked. Returns the row and its job.
-async fn store_version(
+/// Stores versions `pending` in one transaction, then queues their jobs: their identities are
+/// locked (in one order, so two submissions cannot wait for each other) and read, the license
+/// checked for the documents they create, each version validated against the document it
+/// extends (an earlier item of the same document is its last version; an item's error goes
+/// through `item_error` with its index) before anything is written, then every version is
+/// inserted in one statement. Returns the versions in the order of the items.
+async fn store_versions(
     state: &AppState,
-    tx: &mut crate::store::DbConnection,
     pipeline_id: Uuid,
+    items: &[(&NewDocument, &Value)],
+    item_error: fn(usize, ApiError) -> ApiError,
+) -> ApiResult<Vec<VersionRow>> {
+    let mut identifiers: Vec<&str> = items
+        .iter()
+        .map(|(input, _)| input.external_identifier.as_str())
+        .collect();
+    identifiers.sort_unstable();
+    identifiers.dedup();
+    let mut tx = state.pool.begin().await?;
+    store::lock_identities(&mut tx, pipeline_id, &identifiers).await?;
+    let mut last = store::identities(&mut tx, pipeline_id, &identifiers).await?;
+    let new_documents = identifiers
+        .iter()
+        .filter(|identifier| !last.contains_key(**identifier))
+        .count();
+    check_license_for_documents(state, new_documents).await?;
+    let mut checked = Vec::with_capacity(items.len());
+    for (index, (input, schema)) in items.iter().enumerate() {
+        let version = checked_version(state, schema, input, last.get(&input.external_identifier))
+            .map_err(|error| item_error(index, error))?;
+        last.insert(
+            input.external_identifier.clone(),
+            (version.id, input.classification.clone(), version.version),
+        );
+        checked.push(version);
+    }
+    let versions: Vec<NewVersion<'_>> = items
+        .iter()
+        .zip(&checked)
+        .map(|((input, _), v)| NewVersion {
+            id: v.id,
+            version: v.version,
+            created_at: v.created_at,
+            pipeline_id,
+            external_identifier: &input.external_identifier,
+            classification: &input.classification,
+            metadata: &input.metadata,
+            text_splitter_id: input.text_splitter_id,
+            expire_older_versions: input.expire_older_versions,
+            encrypted_text: &v.encrypted_text,
+        })
+        .collect();
+    let rows = store::insert(&mut tx, &versions).await?;
+    for v in checked.iter().filter(|v| !v.unconvertible.is_empty()) {
+        store::record_unconvertible(&mut tx, pipeline_id, v.id, v.version, &v.unconvertible)
+            .await?;
+    }
+    tx.commit().await?;
+    let jobs: Vec<Job> = checked
+        .iter()
+        .map(|v| Job {
+            pipeline_id,
+            document_id: v.id,
+            version: v.version,
+        })
+        .collect();
+    publish(state, &jobs).await?;
+    Ok(rows)
+}
+
+/// A version checked and ready to store.
+struct CheckedVersion {
+    id: Uuid,
+    version: i64,
+    created_at: DateTime<Utc>,
+    encrypted_text: Vec<u8>,
+    /// Metadata fields the database cannot read as their declared integer type.
+    unconvertible: Vec<String>,
+}
+
+/// Validates a version against the document it extends (`last`: its id, classification and
+/// last version), and gives it its id, version number and encrypted text.
+fn checked_version(
+    state: &AppState,
     metadata_schema: &Value,
     input: &NewDocument,
-    existing: Option<(Uuid, String, i64)>,
-) -> ApiResult<(VersionRow, Job)> {
+    last: Option<&store::Identity>,
+) -> ApiResult<CheckedVersion> {
     let length = input.external_identifier.chars().count();
     if !(1..=1024).contains(&length) {
         return Err(ApiError::InvalidParameter(
@@ -298,48 +341,24 @@ async fn store_version(
     metadata_schema::validate_metadata(metadata_schema, &input.metadata)?;
     let unconvertible =
         trove_query::filter::unconvertible_integer_fields(metadata_schema, &input.metadata);
-    if let Some((_, classification, _)) = &existing
+    if let Some((_, classification, _)) = last
         && *classification != input.classification
     {
         return Err(ApiError::ClassificationMismatch);
     }
-
     let now = Utc::now();
     // Versions of one document are distinct and increasing even within one microsecond.
-    let version = match &existing {
+    let version = match last {
         Some((_, _, last)) => micros(now).max(last + 1),
         None => micros(now),
     };
-    let created_at = DateTime::<Utc>::from_timestamp_micros(version).unwrap_or(now);
-    let id = existing
-        .as_ref()
-        .map_or_else(Uuid::now_v7, |(id, _, _)| *id);
-    let encrypted = state.cipher.encrypt(input.text.as_bytes());
-    let row = store::insert(
-        tx,
-        &NewVersion {
-            id,
-            version,
-            created_at,
-            pipeline_id,
-            external_identifier: &input.external_identifier,
-            classification: &input.classification,
-            metadata: &input.metadata,
-            text_splitter_id: input.text_splitter_id,
-            expire_older_versions: input.expire_older_versions,
-            encrypted_text: &encrypted,
-        },
-    )
-    .await?;
-    if !unconvertible.is_empty() {
-        store::record_unconvertible(tx, pipeline_id, id, version, &unconvertible).await?;
-    }
-    let job = Job {
-        pipeline_id,
-        document_id: id,
+    Ok(CheckedVersion {
+        id: last.map_or_else(Uuid::now_v7, |(id, _, _)| *id),
         version,
-    };
-    Ok((row, job))
+        created_at: DateTime::<Utc>::from_timestamp_micros(version).unwrap_or(now),
+        encrypted_text: state.cipher.encrypt(input.text.as_bytes()),
+        unconvertible,
+    })
 }
 
 /// Queues the jobs of committed versions, all at once; a version whose job could not be

@@ -1,5 +1,7 @@
 //! Document versions, their raw text until processed, and fragments.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
@@ -35,33 +37,49 @@ macro_rules! version_columns {
     };
 }
 
-/// The id and classification already used by an external identifier in a pipeline.
-pub async fn identity(
+/// The document an external identifier names in a pipeline: its id, its classification and
+/// its last version.
+pub type Identity = (Uuid, String, i64);
+
+/// The documents that `external_identifiers` already name in a pipeline, in one statement.
+pub async fn identities(
     conn: &mut PgConnection,
     pipeline_id: Uuid,
-    external_identifier: &str,
-) -> Result<Option<(Uuid, String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, classification, max(version) FROM documents
-         WHERE pipeline_id = $1 AND external_identifier = $2 GROUP BY id, classification LIMIT 1",
+    external_identifiers: &[&str],
+) -> Result<HashMap<String, Identity>, sqlx::Error> {
+    let rows: Vec<(String, Uuid, String, i64)> = sqlx::query_as(
+        "SELECT external_identifier, id, classification, max(version) FROM documents
+         WHERE pipeline_id = $1 AND external_identifier = ANY($2)
+         GROUP BY external_identifier, id, classification",
     )
     .bind(pipeline_id)
-    .bind(external_identifier)
-    .fetch_optional(conn)
-    .await
+    .bind(external_identifiers)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(identifier, id, classification, version)| {
+            (identifier, (id, classification, version))
+        })
+        .collect())
 }
 
-/// Serializes submissions of one external identifier (held until the transaction ends).
-pub async fn lock_identity(
+/// Serializes submissions of each external identifier (held until the transaction ends),
+/// taking the locks in the order given, in one statement: callers sort them, so that two
+/// submissions never wait for each other.
+pub async fn lock_identities(
     conn: &mut PgConnection,
     pipeline_id: Uuid,
-    external_identifier: &str,
+    external_identifiers: &[&str],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
-        .bind(pipeline_id.to_string())
-        .bind(external_identifier)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || identifier, 0))
+         FROM unnest($2::text[]) AS identifier",
+    )
+    .bind(pipeline_id.to_string())
+    .bind(external_identifiers)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -79,37 +97,55 @@ pub struct NewVersion<'a> {
     pub encrypted_text: &'a [u8],
 }
 
-/// Inserts a `pending` version, its encrypted text and the outbox entry of its job (one
-/// statement): until [`jobs_queued`] removes the entry, the workers' sweep will publish the job
-/// again once it is old enough.
+/// Inserts `pending` versions, their encrypted texts and the outbox entries of their jobs, in
+/// one statement: until [`jobs_queued`] removes an entry, the workers' sweep will publish the
+/// job again once it is old enough. Returns the versions in the order given.
 pub async fn insert(
     conn: &mut PgConnection,
-    v: &NewVersion<'_>,
-) -> Result<VersionRow, sqlx::Error> {
+    versions: &[NewVersion<'_>],
+) -> Result<Vec<VersionRow>, sqlx::Error> {
+    let ids: Vec<Uuid> = versions.iter().map(|v| v.id).collect();
+    let numbers: Vec<i64> = versions.iter().map(|v| v.version).collect();
+    let created: Vec<DateTime<Utc>> = versions.iter().map(|v| v.created_at).collect();
+    let pipelines: Vec<Uuid> = versions.iter().map(|v| v.pipeline_id).collect();
+    let identifiers: Vec<&str> = versions.iter().map(|v| v.external_identifier).collect();
+    let classifications: Vec<&str> = versions.iter().map(|v| v.classification).collect();
+    let metadata: Vec<&Value> = versions.iter().map(|v| v.metadata).collect();
+    let splitters: Vec<Option<Uuid>> = versions.iter().map(|v| v.text_splitter_id).collect();
+    let expire_older: Vec<bool> = versions.iter().map(|v| v.expire_older_versions).collect();
+    let texts: Vec<&[u8]> = versions.iter().map(|v| v.encrypted_text).collect();
     sqlx::query_as(concat!(
-        "WITH d AS (
+        "WITH v AS (
+           SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[],
+                                $7::uuid[], $8::bool[], $9::timestamptz[], $10::bytea[])
+                    WITH ORDINALITY AS u (id, version, pipeline_id, external_identifier, classification,
+                                          metadata, text_splitter_id, expire_older_versions, created_at,
+                                          text, n)
+         ), d AS (
            INSERT INTO documents (id, version, pipeline_id, external_identifier, classification, metadata, status,
                text_splitter_id, expire_older_versions, created_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $9) RETURNING ",
+           SELECT id, version, pipeline_id, external_identifier, classification, metadata, 'pending',
+                  text_splitter_id, expire_older_versions, created_at, created_at
+           FROM v RETURNING ",
         version_columns!(),
         "), t AS (
-           INSERT INTO document_texts (document_id, version, text) SELECT id, version, $10 FROM d), j AS (
-           INSERT INTO job_outbox (document_id, version) SELECT id, version FROM d)
-         SELECT ",
-        version_columns!(),
-        " FROM d"
+           INSERT INTO document_texts (document_id, version, text) SELECT id, version, text FROM v
+         ), j AS (
+           INSERT INTO job_outbox (document_id, version) SELECT id, version FROM v
+         )
+         SELECT d.* FROM d JOIN v ON v.id = d.id AND v.version = d.version ORDER BY v.n"
     ))
-    .bind(v.id)
-    .bind(v.version)
-    .bind(v.pipeline_id)
-    .bind(v.external_identifier)
-    .bind(v.classification)
-    .bind(v.metadata)
-    .bind(v.text_splitter_id)
-    .bind(v.expire_older_versions)
-    .bind(v.created_at)
-    .bind(v.encrypted_text)
-    .fetch_one(&mut *conn)
+    .bind(&ids)
+    .bind(&numbers)
+    .bind(&pipelines)
+    .bind(&identifiers)
+    .bind(&classifications)
+    .bind(&metadata)
+    .bind(&splitters)
+    .bind(&expire_older)
+    .bind(&created)
+    .bind(&texts)
+    .fetch_all(&mut *conn)
     .await
 }
 

@@ -1048,9 +1048,9 @@ async fn commit_without_publishing(app: &TestApp, pid: &str, external_identifier
     let encrypted = app.state.cipher.encrypt(text.as_bytes());
     let now = chrono::Utc::now();
     let mut tx = app.pool.begin().await.unwrap();
-    let row = trove::store::documents::insert(
+    let mut rows = trove::store::documents::insert(
         &mut tx,
-        &trove::store::documents::NewVersion {
+        &[trove::store::documents::NewVersion {
             id: Uuid::now_v7(),
             version: now.timestamp_micros(),
             created_at: now,
@@ -1061,12 +1061,12 @@ async fn commit_without_publishing(app: &TestApp, pid: &str, external_identifier
             text_splitter_id: None,
             expire_older_versions: true,
             encrypted_text: &encrypted,
-        },
+        }],
     )
     .await
     .unwrap();
     tx.commit().await.unwrap();
-    serde_json::to_value(row).unwrap()
+    serde_json::to_value(rows.pop().unwrap()).unwrap()
 }
 
 #[tokio::test]
