@@ -9,9 +9,11 @@
 //! more than half, and by at least `TROVE_INDEX_DEFER_ROWS` fragments, the worker drops its
 //! index, stores the burst without it, and builds the index once the burst is over: at most
 //! one batch of the pipeline is left to store and nothing was submitted to it for
-//! [`QUIET_SECONDS`]. A burst submitted at once (a batch import) is so built before its last
-//! batches are stored, which go into the new graph, so the index exists when the last version
-//! becomes `success`; a burst that goes on while the worker keeps up (documents submitted one
+//! [`QUIET_SECONDS`]. The build then runs in the transaction of the group that leaves at most
+//! one batch, after its rows are stored and before its versions become `success` (a batch
+//! after it goes into the new graph). A burst submitted at once (a batch import) is so built
+//! with one of its last two groups, and the index exists when the last version becomes
+//! `success`; a burst that goes on while the worker keeps up (documents submitted one
 //! by one) stays without its index until it stops, then the index is built one second after
 //! the last batch, or after [`MAX_DEFERRAL_SECONDS`] if it never stops (a steady stream the
 //! worker keeps up with; if it falls behind again, the index is dropped again only for a
@@ -45,8 +47,9 @@ pub enum IndexAction {
     Keep,
     /// Drop the index (recording these parameters) and store the burst without it.
     Defer(HnswParams),
-    /// Build the deferred index now: what is left of the burst fits in a batch, and nothing
-    /// was submitted for [`QUIET_SECONDS`].
+    /// Build the deferred index with the group, in its transaction (outside a group: now):
+    /// what is left of the burst fits in a batch, and nothing was submitted for
+    /// [`QUIET_SECONDS`].
     Build,
     /// What is left fits in a batch but submissions are recent: look again after
     /// [`QUIET_SECONDS`] (outside the group; the burst may be over then).

@@ -399,13 +399,19 @@ impl Worker {
         let (vectors, configs) = self
             .embed_and_detect(&pipeline, &prepared, spec.as_ref())
             .await?;
-        if let Some(vector_embedding_id) = pipeline.ve_id
-            && self.index_defer_rows > 0
-        {
-            self.prepare_index(vector_embedding_id, &prepared).await;
-        }
+        let build_index = match pipeline.ve_id {
+            Some(vector_embedding_id) if self.index_defer_rows > 0 => {
+                self.prepare_index(vector_embedding_id, &prepared).await
+            }
+            _ => false,
+        };
         let stored = self
-            .store(pipeline_id, &pipeline, &prepared, &vectors, &configs)
+            .store(
+                pipeline_id,
+                &pipeline,
+                (&prepared, &vectors, &configs),
+                build_index,
+            )
             .await?;
         for delivery in deliveries {
             if finished.contains(&delivery.slot) || prepared.iter().any(|p| p.job == delivery.job) {
@@ -578,16 +584,16 @@ impl Worker {
         model_spec(&self.cipher, &stored).map_err(|e| GroupError::Embed(e.to_string()))
     }
 
-    /// Encrypts the fragments and stores the group in one transaction; returns, per version,
-    /// whether it was stored (it may have stopped being pending meanwhile, e.g. deleted or
-    /// processed by another delivery).
+    /// Encrypts the fragments and stores the group (its versions, their vectors and full-text
+    /// configurations) in one transaction, in which, with `build_index`, the association's
+    /// deferred index is built too; returns, per version, whether it was stored (it may have
+    /// stopped being pending meanwhile, e.g. deleted or processed by another delivery).
     async fn store(
         &self,
         pipeline_id: Uuid,
         pipeline: &PipelineForWork,
-        prepared: &[Prepared],
-        vectors: &[Vec<f32>],
-        text_configs: &[&'static str],
+        (prepared, vectors, text_configs): (&[Prepared], &[Vec<f32>], &[&'static str]),
+        build_index: bool,
     ) -> Result<Vec<bool>, GroupError> {
         let dimensions = pipeline
             .dimensions
@@ -629,20 +635,32 @@ impl Worker {
             }),
             _ => None,
         };
-        Ok(ingestion::store_group(&self.pool, pipeline_id, vector_table, &versions).await?)
+        let started = Instant::now();
+        let group = ingestion::store_group(
+            &self.pool,
+            pipeline_id,
+            vector_table,
+            &versions,
+            build_index,
+        )
+        .await?;
+        if let (Some(table), Some(index)) = (vector_table, group.index) {
+            log_build(table.vector_embedding_id, index, started, "with a group");
+        }
+        Ok(group.stored)
     }
 
-    /// Defers or builds the association's HNSW index before a group is stored
-    /// ([`super::deferred_index`]; not called when deferral is off: the sweep still builds an
-    /// index deferred before). A failure only logs a warning: the group is stored either way,
-    /// and a deferred index is built by a later group or the sweep.
-    async fn prepare_index(&self, vector_embedding_id: Uuid, prepared: &[Prepared]) {
+    /// Defers the association's HNSW index before a group is stored, or says to build it with
+    /// the group (`true`; [`super::deferred_index`]; not called when deferral is off: the sweep
+    /// still builds an index deferred before). A failure only logs a warning: the group is
+    /// stored either way, and a deferred index is built by a later group or the sweep.
+    async fn prepare_index(&self, vector_embedding_id: Uuid, prepared: &[Prepared]) -> bool {
         let fragments: usize = prepared.iter().map(|p| p.fragments.len()).sum();
         if fragments == 0 {
-            return;
+            return false;
         }
         let Some(state) = self.index_state(vector_embedding_id).await else {
-            return;
+            return false;
         };
         let action = index_action(
             &state,
@@ -650,24 +668,23 @@ impl Worker {
             fragments as u64,
             self.index_defer_rows,
         );
-        let result = match action {
-            IndexAction::Keep => return,
-            IndexAction::Wait => {
-                self.look_again_after_quiet(vector_embedding_id);
-                return;
-            }
-            IndexAction::Defer(params) => vectors::defer_index(&self.pool, vector_embedding_id, params)
-                .await
-                .map(|dropped| {
-                    if dropped {
+        match action {
+            IndexAction::Keep => {}
+            IndexAction::Wait => self.look_again_after_quiet(vector_embedding_id),
+            IndexAction::Defer(params) => {
+                match vectors::defer_index(&self.pool, vector_embedding_id, params).await {
+                    Ok(true) => {
                         tracing::info!(%vector_embedding_id, pending = state.pending, rows = state.rows, "HNSW index dropped for a burst of ingestion; built again once it is stored");
                     }
-                }),
-            IndexAction::Build => self.build_index(vector_embedding_id).await,
-        };
-        if let Err(error) = result {
-            tracing::warn!(%error, %vector_embedding_id, "deferring or building the vector index failed");
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, %vector_embedding_id, "deferring the vector index failed");
+                    }
+                }
+            }
+            IndexAction::Build => return true,
         }
+        false
     }
 
     /// Looks at a deferred index again once the pipeline may have had no submission for
@@ -680,47 +697,36 @@ impl Worker {
             let Some(state) = worker.index_state(vector_embedding_id).await else {
                 return;
             };
-            if index_action(&state, 0, 0, worker.index_defer_rows) == IndexAction::Build
-                && let Err(error) = worker.build_index(vector_embedding_id).await
-            {
-                tracing::warn!(%error, %vector_embedding_id, "building a deferred vector index failed");
+            if index_action(&state, 0, 0, worker.index_defer_rows) == IndexAction::Build {
+                worker.build_index(vector_embedding_id).await;
             }
         });
     }
 
     /// The association's index state; `None` when it was deleted or could not be read (logged).
     async fn index_state(&self, vector_embedding_id: Uuid) -> Option<vectors::IndexState> {
-        // Enough to compare with `TROVE_INDEX_DEFER_ROWS` and to see one batch left.
-        let count_at_least = self.index_defer_rows.max(2 * BATCH_SIZE as u64);
-        vectors::index_state(&self.pool, vector_embedding_id, count_at_least)
-            .await
-            .inspect_err(|error| tracing::warn!(%error, "reading the vector index's state failed"))
-            .ok()
-            .flatten()
+        // Enough to compare with `TROVE_INDEX_DEFER_ROWS`, and to see whether more than one
+        // batch is left after a group.
+        let deferred_count_at_least = 2 * BATCH_SIZE as u64 + 1;
+        let count_at_least = self.index_defer_rows.max(deferred_count_at_least);
+        vectors::index_state(
+            &self.pool,
+            vector_embedding_id,
+            count_at_least,
+            deferred_count_at_least,
+        )
+        .await
+        .inspect_err(|error| tracing::warn!(%error, "reading the vector index's state failed"))
+        .ok()
+        .flatten()
     }
 
-    /// Builds a deferred index, logging how long it took, then analyses `fragments`: at the end
-    /// of a burst its statistics (which estimate the scopes of searches) were sampled when the
-    /// table held a fraction of it (the worker analyses a table only while a group adds a fifth
-    /// of its rows, and autovacuum's next analysis may come a minute later), so a value that
-    /// only later documents carry would be estimated from a sample without it. The analysis
-    /// took 0.4 s after a burst of 59,833 fragments.
-    async fn build_index(&self, vector_embedding_id: Uuid) -> Result<(), DatabaseError> {
+    /// Builds a deferred index on its own (with `fragments` analysed), logging how long it
+    /// took.
+    async fn build_index(&self, vector_embedding_id: Uuid) {
         let started = Instant::now();
-        if !vectors::build_deferred_index(&self.pool, vector_embedding_id).await? {
-            return Ok(());
-        }
-        let built = started.elapsed();
-        if let Err(error) = ingestion::analyze(&self.pool, GrownTable::Fragments).await {
-            tracing::warn!(%error, "ANALYZE after a burst failed; autovacuum will analyse");
-        }
-        tracing::info!(
-            %vector_embedding_id,
-            seconds = built.as_secs_f64(),
-            analysed_after = (started.elapsed() - built).as_secs_f64(),
-            "deferred HNSW index built"
-        );
-        Ok(())
+        let built = ingestion::build_deferred_index(&self.pool, vector_embedding_id).await;
+        log_build(vector_embedding_id, built, started, "on its own");
     }
 
     /// Builds the deferred indexes whose pipelines have nothing pending (a burst whose last
@@ -737,9 +743,7 @@ impl Worker {
             if pending {
                 continue;
             }
-            if let Err(error) = self.build_index(vector_embedding_id).await {
-                tracing::warn!(%error, %vector_embedding_id, "building a deferred vector index failed");
-            }
+            self.build_index(vector_embedding_id).await;
         }
     }
 
@@ -905,6 +909,27 @@ async fn text_search_configs(
     })
     .await
     .map_err(|e| GroupError::Split(format!("language detection: {e}")))
+}
+
+/// Logs what became of a deferred index's build started at `started`, `how` it ran.
+fn log_build(
+    vector_embedding_id: Uuid,
+    built: Result<bool, DatabaseError>,
+    started: Instant,
+    how: &'static str,
+) {
+    match built {
+        Ok(true) => tracing::info!(
+            %vector_embedding_id,
+            seconds = started.elapsed().as_secs_f64(),
+            how,
+            "deferred HNSW index built"
+        ),
+        Ok(false) => {}
+        Err(error) => {
+            tracing::warn!(%error, %vector_embedding_id, how, "building a deferred vector index failed");
+        }
+    }
 }
 
 async fn ack(message: &Message) {

@@ -1,7 +1,7 @@
 //! Deferred HNSW builds for bursts of ingestion: the worker drops an association's index for
-//! a burst, searches stay exact meanwhile, the index is built before the last batch is stored
-//! (or a second after it, when documents were still arriving), and a build that dies leaves
-//! the index deferred for the next one.
+//! a burst, searches stay exact meanwhile, the index is built with one of the last two batches
+//! in its transaction (or a second after the last, when documents were still arriving), and a
+//! build that dies leaves the index deferred for the next one.
 
 use std::collections::HashMap;
 
@@ -142,7 +142,7 @@ async fn assert_searches_exact(app: &TestApp, pid: &str, table: &str) {
 }
 
 #[tokio::test]
-async fn a_burst_is_stored_without_the_index_which_is_built_before_the_last_batch() {
+async fn a_burst_is_stored_without_the_index_which_is_built_with_one_of_its_last_batches() {
     let app = app().await;
     let (pid, table) = pipeline(&app).await;
     let (before, m, _) = index(&app, &table).await;
@@ -161,7 +161,7 @@ async fn a_burst_is_stored_without_the_index_which_is_built_before_the_last_batc
     assert_searches_exact(&app, &pid, &table).await;
 
     // The second, once nothing was submitted for a second: 50 versions are left after it, so
-    // the index is built before it is stored.
+    // the index is built in its transaction, over its rows too.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let second = app.step().await;
     assert_eq!(second.stored, 100, "{second:?}");
@@ -170,6 +170,12 @@ async fn a_burst_is_stored_without_the_index_which_is_built_before_the_last_batc
         oid.is_some() && oid != before && m.is_none(),
         "index built again"
     );
+    let indexed: f32 = sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = $1::oid")
+        .bind(i64::from(oid.expect("index")))
+        .fetch_one(&app.pool)
+        .await
+        .expect("index rows");
+    assert_eq!(indexed, 200.0, "the build saw the group's own rows");
     let third = app.step().await;
     assert_eq!(third.stored, 50, "{third:?}");
     assert_eq!(
@@ -226,7 +232,7 @@ async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
     .expect("lock");
     let pool = app.pool.clone();
     let build =
-        tokio::spawn(async move { trove::store::vectors::build_deferred_index(&pool, ve).await });
+        tokio::spawn(async move { trove::store::ingestion::build_deferred_index(&pool, ve).await });
     let mut terminated = false;
     for _ in 0..100 {
         terminated = sqlx::query_scalar(
@@ -249,6 +255,66 @@ async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
     assert_searches_exact(&app, &pid, &table).await;
 
     // The sweep builds a deferred index whose pipeline has nothing pending.
+    app.worker().await.build_idle_deferred_indexes().await;
+    let (oid, m, _) = index(&app, &table).await;
+    assert!(oid.is_some() && m.is_none(), "built by the sweep");
+    assert_searches_exact(&app, &pid, &table).await;
+}
+
+#[tokio::test]
+async fn a_build_that_fails_in_the_last_group_leaves_the_group_stored_and_the_index_deferred() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 150).await;
+    assert_eq!(app.step().await.stored, 100);
+    assert_eq!(index(&app, &table).await.0, None, "index deferred");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+
+    // The association's row is held, so the build's last statement waits; it is then cancelled.
+    let mut holder = app.pool.begin().await.expect("holder");
+    sqlx::query("SELECT 1 FROM vector_embeddings WHERE pipeline_id = $1::uuid FOR UPDATE")
+        .bind(&pid)
+        .execute(&mut *holder)
+        .await
+        .expect("row lock");
+    let worker = app.worker().await;
+    let step = tokio::spawn(async move {
+        worker
+            .step(std::time::Duration::from_millis(300))
+            .await
+            .expect("step")
+    });
+    let mut cancelled = false;
+    for _ in 0..100 {
+        cancelled = sqlx::query_scalar(
+            "SELECT coalesce(bool_or(pg_cancel_backend(pid)), false) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'UPDATE vector_embeddings%'
+               AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .expect("cancel");
+        if cancelled {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(cancelled, "the build waited for the association's row");
+    let last = step.await.expect("join");
+    assert_eq!((last.stored, last.failed), (50, 0), "{last:?}");
+    holder.rollback().await.expect("release");
+    assert_eq!(
+        app.count(
+            "SELECT count(*) FROM documents WHERE pipeline_id = $1 AND status = 'success'",
+            &pid
+        )
+        .await,
+        150
+    );
+    let (oid, m, ef) = index(&app, &table).await;
+    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "still deferred");
+    assert_searches_exact(&app, &pid, &table).await;
+
     app.worker().await.build_idle_deferred_indexes().await;
     let (oid, m, _) = index(&app, &table).await;
     assert!(oid.is_some() && m.is_none(), "built by the sweep");
@@ -314,9 +380,10 @@ async fn a_group_waits_for_an_index_build_longer_than_the_statement_timeout() {
     assert_eq!((outcome.stored, outcome.failed), (20, 0), "{outcome:?}");
 }
 
-/// The build at the end of a burst analyses `fragments`: the worker last analysed it when
-/// the table held five groups (a group of 100 adds no more than a fifth of 500 rows), so the
-/// searches after the burst would otherwise estimate their scopes from a fraction of it.
+/// The build at the end of a burst analyses `fragments` before its versions become `success`:
+/// the worker last analysed it when the table held five groups (a group of 100 adds no more
+/// than a fifth of 500 rows), so the searches after the burst would otherwise estimate their
+/// scopes from a fraction of it.
 #[tokio::test]
 async fn the_build_at_the_end_of_a_burst_analyses_the_fragments() {
     let app = app().await;
@@ -334,10 +401,10 @@ async fn the_build_at_the_end_of_a_burst_analyses_the_fragments() {
     assert_eq!(index(&app, &table).await.0, None, "index deferred");
     assert_eq!(analysed_rows().await, 500.0);
 
-    // Two batches left and nothing submitted for a second: the index is built before the
-    // seventh is stored, and the table analysed with the 600 fragments it holds.
+    // Two batches left and nothing submitted for a second: the index is built with the
+    // seventh, and the table analysed in its transaction with the 700 fragments it then holds.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(app.step().await.stored, 100);
     assert!(index(&app, &table).await.0.is_some(), "index built");
-    assert_eq!(analysed_rows().await, 600.0);
+    assert_eq!(analysed_rows().await, 700.0);
 }
