@@ -56,8 +56,31 @@ pub enum IndexAction {
     Wait,
 }
 
+/// The worker's settings of the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferral {
+    /// `TROVE_INDEX_DEFER_ROWS` (0: never defer).
+    pub min_rows: u64,
+    /// The most pending versions that may be left after a group for the burst to be over:
+    /// what the worker's other step loops may hold (each up to a batch), and at least one
+    /// batch. With three loops, a burst's last three groups each found two batches left, and
+    /// the index waited for the sweep a minute later.
+    pub left_at_most: u64,
+}
+
+impl Deferral {
+    /// The rule for a worker running `concurrency` step loops.
+    pub fn new(min_rows: u64, concurrency: usize) -> Self {
+        let others = u64::try_from(concurrency.saturating_sub(1).max(1)).unwrap_or(u64::MAX);
+        Self {
+            min_rows,
+            left_at_most: others.saturating_mul(BATCH_SIZE as u64),
+        }
+    }
+}
+
 /// The action for a group of `versions` versions holding `fragments` fragments, when the
-/// association is in `state`; `min_rows` is `TROVE_INDEX_DEFER_ROWS` (0: never defer).
+/// association is in `state`.
 ///
 /// The burst is every pending version of the pipeline (the group's included), counted in
 /// fragments at the group's mean per version. A look outside a group passes 0 versions.
@@ -65,7 +88,7 @@ pub fn index_action(
     state: &IndexState,
     versions: u64,
     fragments: u64,
-    min_rows: u64,
+    rule: Deferral,
 ) -> IndexAction {
     if state.deferred.is_some() {
         let left = state.pending.saturating_sub(versions);
@@ -73,7 +96,7 @@ pub fn index_action(
             || state
                 .deferred_for
                 .is_some_and(|seconds| seconds >= MAX_DEFERRAL_SECONDS);
-        return match (left <= BATCH_SIZE as u64, quiet) {
+        return match (left <= rule.left_at_most, quiet) {
             (true, true) => IndexAction::Build,
             (true, false) => IndexAction::Wait,
             (false, _) => IndexAction::Keep,
@@ -82,11 +105,11 @@ pub fn index_action(
     let Some(live) = state.live else {
         return IndexAction::Keep;
     };
-    if min_rows == 0 || versions == 0 {
+    if rule.min_rows == 0 || versions == 0 {
         return IndexAction::Keep;
     }
     let burst = state.pending.max(versions) as f64 * fragments as f64 / versions as f64;
-    if burst >= min_rows as f64 && burst > DEFER_SHARE * state.rows.max(0.0) {
+    if burst >= rule.min_rows as f64 && burst > DEFER_SHARE * state.rows.max(0.0) {
         IndexAction::Defer(live)
     } else {
         IndexAction::Keep
@@ -97,6 +120,12 @@ pub fn index_action(
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
+
+    /// A worker of two step loops deferring from 2,000 fragments.
+    const RULE: Deferral = Deferral {
+        min_rows: 2000,
+        left_at_most: 100,
+    };
 
     fn state(live: bool, deferred: bool, rows: f64, pending: u64) -> IndexState {
         let params = HnswParams::new(10, 64).unwrap();
@@ -113,7 +142,7 @@ mod tests {
     #[test]
     fn a_burst_into_an_empty_association_defers_its_index() {
         // 2,000 pending documents of 3 fragments each.
-        let action = index_action(&state(true, false, 0.0, 2000), 100, 300, 2000);
+        let action = index_action(&state(true, false, 0.0, 2000), 100, 300, RULE);
         assert_eq!(action, IndexAction::Defer(HnswParams::new(10, 64).unwrap()));
     }
 
@@ -121,22 +150,30 @@ mod tests {
     fn a_burst_below_the_minimum_or_half_the_rows_keeps_the_index() {
         // 500 fragments: under the minimum.
         assert_eq!(
-            index_action(&state(true, false, 0.0, 250), 100, 200, 2000),
+            index_action(&state(true, false, 0.0, 250), 100, 200, RULE),
             IndexAction::Keep
         );
         // 30,000 fragments into 100,000 rows: under half.
         assert_eq!(
-            index_action(&state(true, false, 100_000.0, 10_000), 100, 300, 2000),
+            index_action(&state(true, false, 100_000.0, 10_000), 100, 300, RULE),
             IndexAction::Keep
         );
         // 60,000 into 100,000: more than half.
         assert!(matches!(
-            index_action(&state(true, false, 100_000.0, 20_000), 100, 300, 2000),
+            index_action(&state(true, false, 100_000.0, 20_000), 100, 300, RULE),
             IndexAction::Defer(_)
         ));
         // Deferral turned off.
         assert_eq!(
-            index_action(&state(true, false, 0.0, 20_000), 100, 300, 0),
+            index_action(
+                &state(true, false, 0.0, 20_000),
+                100,
+                300,
+                Deferral {
+                    min_rows: 0,
+                    ..RULE
+                }
+            ),
             IndexAction::Keep
         );
     }
@@ -144,16 +181,16 @@ mod tests {
     #[test]
     fn a_deferred_index_is_built_when_one_batch_is_left() {
         assert_eq!(
-            index_action(&state(false, true, 50_000.0, 5000), 100, 300, 2000),
+            index_action(&state(false, true, 50_000.0, 5000), 100, 300, RULE),
             IndexAction::Keep
         );
         // The group and one more batch.
         assert_eq!(
-            index_action(&state(false, true, 50_000.0, 200), 100, 300, 2000),
+            index_action(&state(false, true, 50_000.0, 200), 100, 300, RULE),
             IndexAction::Build
         );
         assert_eq!(
-            index_action(&state(false, true, 50_000.0, 0), 100, 300, 2000),
+            index_action(&state(false, true, 50_000.0, 0), 100, 300, RULE),
             IndexAction::Build
         );
     }
@@ -162,35 +199,47 @@ mod tests {
     fn a_burst_still_being_submitted_keeps_its_index_deferred() {
         let mut recent = state(false, true, 50_000.0, 150);
         recent.quiet = Some(0.2);
-        assert_eq!(index_action(&recent, 100, 300, 2000), IndexAction::Wait);
+        assert_eq!(index_action(&recent, 100, 300, RULE), IndexAction::Wait);
         // Looked at again later, outside a group: still arriving, then over.
         recent.pending = 40;
-        assert_eq!(index_action(&recent, 0, 0, 2000), IndexAction::Wait);
+        assert_eq!(index_action(&recent, 0, 0, RULE), IndexAction::Wait);
         recent.quiet = Some(1.5);
-        assert_eq!(index_action(&recent, 0, 0, 2000), IndexAction::Build);
+        assert_eq!(index_action(&recent, 0, 0, RULE), IndexAction::Build);
         // Nothing pending at all.
         recent.pending = 0;
         recent.quiet = None;
-        assert_eq!(index_action(&recent, 0, 0, 2000), IndexAction::Build);
+        assert_eq!(index_action(&recent, 0, 0, RULE), IndexAction::Build);
     }
 
     #[test]
     fn a_burst_that_does_not_stop_gets_its_index_after_a_minute() {
         let mut stream = state(false, true, 50_000.0, 150);
         stream.quiet = Some(0.1);
-        assert_eq!(index_action(&stream, 100, 300, 2000), IndexAction::Wait);
+        assert_eq!(index_action(&stream, 100, 300, RULE), IndexAction::Wait);
         stream.deferred_for = Some(61.0);
-        assert_eq!(index_action(&stream, 100, 300, 2000), IndexAction::Build);
+        assert_eq!(index_action(&stream, 100, 300, RULE), IndexAction::Build);
         // A backlog the worker has not caught up with keeps the index deferred.
         stream.pending = 5000;
-        assert_eq!(index_action(&stream, 100, 300, 2000), IndexAction::Keep);
+        assert_eq!(index_action(&stream, 100, 300, RULE), IndexAction::Keep);
     }
 
     #[test]
     fn an_index_missing_without_a_record_is_left_alone() {
         assert_eq!(
-            index_action(&state(false, false, 0.0, 20_000), 100, 300, 2000),
+            index_action(&state(false, false, 0.0, 20_000), 100, 300, RULE),
             IndexAction::Keep
         );
+    }
+
+    #[test]
+    fn a_burst_is_over_when_what_is_left_fits_in_the_other_loops_groups() {
+        assert_eq!(Deferral::new(2000, 1), RULE);
+        assert_eq!(Deferral::new(2000, 2), RULE);
+        let three = Deferral::new(2000, 3);
+        assert_eq!(three.left_at_most, 200);
+        // Three loops hold the last three groups: each finds the two others pending.
+        let last = state(false, true, 50_000.0, 300);
+        assert_eq!(index_action(&last, 100, 300, RULE), IndexAction::Keep);
+        assert_eq!(index_action(&last, 100, 300, three), IndexAction::Build);
     }
 }

@@ -29,7 +29,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::deferred_index::{IndexAction, QUIET_SECONDS, index_action};
+use super::deferred_index::{Deferral, IndexAction, QUIET_SECONDS, index_action};
 use super::queue::{Job, Queue};
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
@@ -94,6 +94,8 @@ pub struct Worker {
     republish_after: Duration,
     /// `TROVE_INDEX_DEFER_ROWS` (see [`super::deferred_index`]).
     index_defer_rows: u64,
+    /// Step loops [`Self::run`] runs (1 for a worker driven by [`Self::step`]).
+    concurrency: usize,
     pub metrics: WorkerMetrics,
 }
 
@@ -265,6 +267,7 @@ impl Worker {
             ack_wait: names.ack_wait,
             republish_after: names.republish_after,
             index_defer_rows: crate::config::DEFAULT_INDEX_DEFER_ROWS,
+            concurrency: 1,
             metrics: WorkerMetrics::new(),
         })
     }
@@ -666,7 +669,7 @@ impl Worker {
             &state,
             prepared.len() as u64,
             fragments as u64,
-            self.index_defer_rows,
+            self.deferral(),
         );
         match action {
             IndexAction::Keep => {}
@@ -697,17 +700,22 @@ impl Worker {
             let Some(state) = worker.index_state(vector_embedding_id).await else {
                 return;
             };
-            if index_action(&state, 0, 0, worker.index_defer_rows) == IndexAction::Build {
+            if index_action(&state, 0, 0, worker.deferral()) == IndexAction::Build {
                 worker.build_index(vector_embedding_id).await;
             }
         });
     }
 
+    /// The deferral rule of this worker's settings.
+    fn deferral(&self) -> Deferral {
+        Deferral::new(self.index_defer_rows, self.concurrency)
+    }
+
     /// The association's index state; `None` when it was deleted or could not be read (logged).
     async fn index_state(&self, vector_embedding_id: Uuid) -> Option<vectors::IndexState> {
-        // Enough to compare with `TROVE_INDEX_DEFER_ROWS`, and to see whether more than one
-        // batch is left after a group.
-        let deferred_count_at_least = 2 * BATCH_SIZE as u64 + 1;
+        // Enough to compare with `TROVE_INDEX_DEFER_ROWS`, and to see whether more than the
+        // rule allows is left after a group.
+        let deferred_count_at_least = self.deferral().left_at_most + BATCH_SIZE as u64 + 1;
         let count_at_least = self.index_defer_rows.max(deferred_count_at_least);
         vectors::index_state(
             &self.pool,
@@ -781,7 +789,8 @@ impl Worker {
     /// Runs `concurrency` step loops (each fetching and processing its own batch, so that one
     /// batch is split and embedded while another is stored) and the sweeper until `shutdown`
     /// turns true. A batch being processed is finished first.
-    pub async fn run(self, concurrency: usize, shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub async fn run(mut self, concurrency: usize, shutdown: tokio::sync::watch::Receiver<bool>) {
+        self.concurrency = concurrency.max(1);
         tracing::info!(concurrency, "worker started");
         let sweeper = tokio::spawn(self.clone().sweep_loop(shutdown.clone()));
         let mut loops = tokio::task::JoinSet::new();
