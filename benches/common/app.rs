@@ -55,7 +55,8 @@ pub async fn create_database(admin: &str) -> (String, String, PgConnection) {
 }
 
 /// Creates a database and starts Trove on it (API, and the worker when `worker`), with the
-/// HNSW parameters of the environment (`TROVE_HNSW_*`) as the service reads them.
+/// HNSW parameters (`TROVE_HNSW_*`) and the worker concurrency (`TROVE_WORKER_CONCURRENCY`) of
+/// the environment as the service reads them.
 pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
     let (database, url, admin_conn) = create_database(admin).await;
     let master = Uuid::new_v4();
@@ -75,7 +76,7 @@ pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
     ]);
     let mut config = Config::from_lookup(|k| {
         env.get(k).cloned().or_else(|| {
-            k.starts_with("TROVE_HNSW_")
+            (k.starts_with("TROVE_HNSW_") || k == "TROVE_WORKER_CONCURRENCY")
                 .then(|| std::env::var(k).ok())?
         })
     })
