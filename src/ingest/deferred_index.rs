@@ -7,19 +7,21 @@
 //! against 0.37 s loaded without it and 10.5 s to build it (24.7 s when the build's memory
 //! holds half the graph). So when a burst of pending versions would grow an association by
 //! more than half, and by at least `TROVE_INDEX_DEFER_ROWS` fragments, the worker drops its
-//! index, stores the burst without it, and builds the index once the burst is over: at most
-//! one batch of the pipeline is left to store and nothing was submitted to it for
-//! [`QUIET_SECONDS`]. The build then runs in the transaction of the group that leaves at most
-//! one batch, after its rows are stored and before its versions become `success` (a batch
-//! after it goes into the new graph). A burst submitted at once (a batch import) is so built
-//! with one of its last two groups, and the index exists when the last version becomes
-//! `success`; a burst that goes on while the worker keeps up (documents submitted one
-//! by one) stays without its index until it stops, then the index is built one second after
-//! the last batch, or after [`MAX_DEFERRAL_SECONDS`] if it never stops (a steady stream the
-//! worker keeps up with; if it falls behind again, the index is dropped again only for a
-//! backlog of more than half the rows, so the table at least grows by half between builds). Measured on the service benchmark (20,000 documents one per request by 8
-//! clients) without the quiet second: the index was dropped and built five times, each time
-//! the worker caught up with the clients (builds of 909, 4,786, 13,473 and 25,429 rows).
+//! index, stores the burst without it, and builds the index once the burst is over: no more
+//! of the pipeline is left to store than the worker's other step loops may hold (at least one
+//! batch; [`Deferral`]) and nothing was submitted to it for [`QUIET_SECONDS`]. The build then
+//! runs in the transaction of the group that finds so little left, after its rows are stored
+//! and before its versions become `success` (the groups after it go into the new graph). A
+//! burst submitted at once (a batch import) is so built with one of its last groups, and the
+//! index exists when the last version becomes `success`; a burst that goes on while the
+//! worker keeps up (documents submitted one by one) stays without its index until it stops,
+//! then the index is built one second after the last batch, or after
+//! [`MAX_DEFERRAL_SECONDS`] if it never stops (a steady stream the worker keeps up with; if it
+//! falls behind again, the index is dropped again only for a backlog of more than half the
+//! rows, so the table at least grows by half between builds). Measured on the service
+//! benchmark (20,000 documents one per request by 8 clients) without the quiet second: the
+//! index was dropped and built five times, each time the worker caught up with the clients
+//! (builds of 909, 4,786, 13,473 and 25,429 rows).
 //!
 //! Meanwhile searches are exact over every stored row (the planner has no HNSW index to walk,
 //! and the service chooses the exact path for restricted scopes). Nothing is lost if the
