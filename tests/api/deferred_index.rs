@@ -141,6 +141,54 @@ async fn assert_searches_exact(app: &TestApp, pid: &str, table: &str) {
     }
 }
 
+/// Polls the test database for up to 5 s for a backend running a statement that starts with
+/// `statement` and waits for a lock, and cancels its statement (`terminate`: ends its
+/// connection); whether it found one.
+async fn interrupt_waiting(app: &TestApp, statement: &str, terminate: bool) -> bool {
+    for _ in 0..100 {
+        let interrupted: bool = sqlx::query_scalar(
+            "SELECT coalesce(bool_or(CASE WHEN $2 THEN pg_terminate_backend(pid)
+                                          ELSE pg_cancel_backend(pid) END), false)
+             FROM pg_stat_activity
+             WHERE datname = current_database() AND starts_with(query, $1)
+               AND wait_event_type = 'Lock'",
+        )
+        .bind(statement)
+        .bind(terminate)
+        .fetch_one(&app.pool)
+        .await
+        .expect("interrupt");
+        if interrupted {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// One worker step in a task of its own.
+async fn spawn_step(app: &TestApp) -> tokio::task::JoinHandle<trove::ingest::worker::StepOutcome> {
+    let worker = app.worker().await;
+    tokio::spawn(async move {
+        worker
+            .step(std::time::Duration::from_millis(300))
+            .await
+            .expect("step")
+    })
+}
+
+/// The index is still deferred after a failed build, searches are exact, and the sweep builds
+/// it (the pipeline has nothing pending).
+async fn assert_deferred_until_the_sweep(app: &TestApp, pid: &str, table: &str) {
+    let (oid, m, ef) = index(app, table).await;
+    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "still deferred");
+    assert_searches_exact(app, pid, table).await;
+    app.worker().await.build_idle_deferred_indexes().await;
+    let (oid, m, _) = index(app, table).await;
+    assert!(oid.is_some() && m.is_none(), "built by the sweep");
+    assert_searches_exact(app, pid, table).await;
+}
+
 #[tokio::test]
 async fn a_burst_is_stored_without_the_index_which_is_built_with_one_of_its_last_batches() {
     let app = app().await;
@@ -233,32 +281,13 @@ async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
     let pool = app.pool.clone();
     let build =
         tokio::spawn(async move { trove::store::ingestion::build_deferred_index(&pool, ve).await });
-    let mut terminated = false;
-    for _ in 0..100 {
-        terminated = sqlx::query_scalar(
-            "SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
-             WHERE datname = current_database() AND query LIKE 'CREATE INDEX%' AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .expect("terminate");
-        if terminated {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(terminated, "the build waited for the writer");
+    assert!(
+        interrupt_waiting(&app, "CREATE INDEX", true).await,
+        "the build waited for the writer"
+    );
     assert!(build.await.expect("join").is_err(), "the build failed");
     writer.rollback().await.expect("rollback");
-    let (oid, m, ef) = index(&app, &table).await;
-    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "still deferred");
-    assert_searches_exact(&app, &pid, &table).await;
-
-    // The sweep builds a deferred index whose pipeline has nothing pending.
-    app.worker().await.build_idle_deferred_indexes().await;
-    let (oid, m, _) = index(&app, &table).await;
-    assert!(oid.is_some() && m.is_none(), "built by the sweep");
-    assert_searches_exact(&app, &pid, &table).await;
+    assert_deferred_until_the_sweep(&app, &pid, &table).await;
 }
 
 #[tokio::test]
@@ -277,29 +306,11 @@ async fn a_build_that_fails_in_the_last_group_leaves_the_group_stored_and_the_in
         .execute(&mut *holder)
         .await
         .expect("row lock");
-    let worker = app.worker().await;
-    let step = tokio::spawn(async move {
-        worker
-            .step(std::time::Duration::from_millis(300))
-            .await
-            .expect("step")
-    });
-    let mut cancelled = false;
-    for _ in 0..100 {
-        cancelled = sqlx::query_scalar(
-            "SELECT coalesce(bool_or(pg_cancel_backend(pid)), false) FROM pg_stat_activity
-             WHERE datname = current_database() AND query LIKE 'UPDATE vector_embeddings%'
-               AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .expect("cancel");
-        if cancelled {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(cancelled, "the build waited for the association's row");
+    let step = spawn_step(&app).await;
+    assert!(
+        interrupt_waiting(&app, "UPDATE vector_embeddings", false).await,
+        "the build waited for the association's row"
+    );
     let last = step.await.expect("join");
     assert_eq!((last.stored, last.failed), (50, 0), "{last:?}");
     holder.rollback().await.expect("release");
@@ -311,14 +322,7 @@ async fn a_build_that_fails_in_the_last_group_leaves_the_group_stored_and_the_in
         .await,
         150
     );
-    let (oid, m, ef) = index(&app, &table).await;
-    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "still deferred");
-    assert_searches_exact(&app, &pid, &table).await;
-
-    app.worker().await.build_idle_deferred_indexes().await;
-    let (oid, m, _) = index(&app, &table).await;
-    assert!(oid.is_some() && m.is_none(), "built by the sweep");
-    assert_searches_exact(&app, &pid, &table).await;
+    assert_deferred_until_the_sweep(&app, &pid, &table).await;
 }
 
 #[tokio::test]
@@ -367,13 +371,7 @@ async fn a_group_waits_for_an_index_build_longer_than_the_statement_timeout() {
     .execute(&mut *build)
     .await
     .expect("lock");
-    let worker = app.worker().await;
-    let step = tokio::spawn(async move {
-        worker
-            .step(std::time::Duration::from_millis(300))
-            .await
-            .expect("step")
-    });
+    let step = spawn_step(&app).await;
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     build.commit().await.expect("release");
     let outcome = step.await.expect("join");
