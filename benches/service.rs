@@ -939,11 +939,8 @@ fn print_window(searches: &Searches, window: u64) {
         .zip(&searches.late_window)
         .zip(&searches.scenarios)
         .map(|(((kind, samples), late), steady)| {
-            let (first, late, steady) = (
-                pct(samples, 50.0),
-                pct(late, 50.0),
-                pct(&steady.http, 50.0),
-            );
+            let (first, late, steady) =
+                (pct(samples, 50.0), pct(late, 50.0), pct(&steady.http, 50.0));
             vec![
                 kind.name().to_owned(),
                 samples.len().to_string(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::crypto::at_rest::Cipher;
+use crate::ingest::outbox::QueuedJobs;
 use crate::ingest::queue::Queue;
 use crate::metrics::ApiMetrics;
 use crate::providers::embedding::EmbedderCache;
@@ -21,6 +22,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub metrics: ApiMetrics,
     pub queue: Queue,
+    /// Jobs the queue has stored, whose outbox entries are removed in the background.
+    pub queued_jobs: QueuedJobs,
     /// AES-256-GCM for data at rest, keyed by `TROVE_SECRET`.
     pub cipher: Cipher,
     /// Embedders of stored models (local models loaded once).
@@ -50,6 +53,7 @@ impl AppState {
             None => TextSplitting::InProcess(embedders.local_models().clone()),
         };
         Ok(Self {
+            queued_jobs: QueuedJobs::new(pool.clone()),
             pool,
             config: Arc::new(config),
             metrics: ApiMetrics::new(),

@@ -118,7 +118,7 @@ fn micros(ts: DateTime<Utc>) -> i64 {
 }
 
 /// Submits a version: stores it `pending` with its encrypted text and the outbox entry of its
-/// job, queues the job, then removes the entry. A process that stops between the commit and
+/// job, queues the job, then hands the entry over for removal. A process that stops between the commit and
 /// the publish leaves the entry: the workers' sweep publishes the job then.
 pub async fn submit(
     state: &AppState,
@@ -378,13 +378,8 @@ async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
             }
         }
     }
-    // The queued jobs' outbox entries go. Should that fail, the workers' sweep publishes the
-    // jobs once more later, and the second deliveries are skipped.
-    if !queued.is_empty()
-        && let Err(error) = store::jobs_queued(&state.pool, &queued).await
-    {
-        tracing::warn!(%error, jobs = queued.len(), "queued jobs not recorded; they will be published again");
-    }
+    // The queued jobs' outbox entries go, in the background (`ingest::outbox`).
+    state.queued_jobs.record(&queued);
     match failure {
         Some(error) => Err(ApiError::Nats(error)),
         None => Ok(()),

@@ -1028,9 +1028,19 @@ async fn outbox_entries(app: &TestApp, version: &Value) -> i64 {
         .unwrap()
 }
 
-/// Puts back the outbox entry of a submitted version, as when its submission published the
-/// job but stopped before recording it.
+/// Waits for the background removal of a submitted version's outbox entry (`ingest::outbox`).
+async fn outbox_entry_removed(app: &TestApp, version: &Value) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while outbox_entries(app, version).await != 0 {
+        assert!(Instant::now() < deadline, "the outbox entry stayed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Puts back the outbox entry of a submitted version (once the submission's removal has
+/// happened), as when its submission published the job but stopped before recording it.
 async fn unconfirm(app: &TestApp, version: &Value) {
+    outbox_entry_removed(app, version).await;
     sqlx::query("INSERT INTO job_outbox (document_id, version, created_at) VALUES ($1, $2, $3)")
         .bind(uuid_of(version, "id"))
         .bind(version["version"].as_i64().unwrap())
@@ -1117,7 +1127,7 @@ async fn a_submission_confirms_its_job_and_nothing_is_published_again() {
     let pid = app.new_pipeline_id(json!({})).await;
     let worker = app.worker().await;
     let version = app.submit_text(&pid, "doc", &long_text("buoy")).await;
-    assert_eq!(outbox_entries(&app, &version).await, 0, "confirmed queued");
+    outbox_entry_removed(&app, &version).await;
     // Pending (no worker ran) beyond the delay: its job is in the queue, so none is added.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(worker.republish_unconfirmed().await.unwrap(), 0);
