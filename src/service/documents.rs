@@ -118,8 +118,8 @@ fn micros(ts: DateTime<Utc>) -> i64 {
 }
 
 /// Submits a version: stores it `pending` with its encrypted text and the outbox entry of its
-/// job, queues the job, then hands the entry over for removal. A process that stops between the commit and
-/// the publish leaves the entry: the workers' sweep publishes the job then.
+/// job, queues the job, then hands the entry over for removal. A process that stops between
+/// the commit and the publish leaves the entry: the workers' sweep publishes the job then.
 pub async fn submit(
     state: &AppState,
     auth: &AuthContext,
