@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::store::Pool;
-use crate::store::documents::jobs_queued;
+use crate::store::ingestion::forget_queued_jobs;
 
 /// The most entries one statement removes.
 const MAX_PER_STATEMENT: usize = 1000;
@@ -65,9 +65,9 @@ async fn remove_entries(pool: Pool, mut receiver: mpsc::UnboundedReceiver<(Uuid,
         {
             jobs.push(job);
         }
-        if let Err(error) = jobs_queued(&pool, &jobs).await {
-            tracing::warn!(%error, jobs = jobs.len(), "queued jobs not recorded; they will be published again");
+        let (ids, versions): (Vec<Uuid>, Vec<i64>) = jobs.drain(..).unzip();
+        if let Err(error) = forget_queued_jobs(&pool, &ids, &versions).await {
+            tracing::warn!(%error, jobs = ids.len(), "queued jobs not recorded; they will be published again");
         }
-        jobs.clear();
     }
 }

@@ -98,7 +98,7 @@ pub struct NewVersion<'a> {
 }
 
 /// Inserts `pending` versions, their encrypted texts and the outbox entries of their jobs, in
-/// one statement: until [`jobs_queued`] removes an entry, the workers' sweep will publish the
+/// one statement: until `ingest::outbox` removes an entry, the workers' sweep will publish the
 /// job again once it is old enough. Returns the versions in the order given.
 pub async fn insert(
     conn: &mut PgConnection,
@@ -191,20 +191,6 @@ pub async fn refuse_unconvertible(
     .bind(pipeline_id)
     .bind(fields)
     .fetch_optional(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes the outbox entries of versions whose jobs JetStream has stored, in one statement.
-pub async fn jobs_queued(pool: &PgPool, jobs: &[(Uuid, i64)]) -> Result<(), sqlx::Error> {
-    let (ids, versions): (Vec<Uuid>, Vec<i64>) = jobs.iter().copied().unzip();
-    sqlx::query(
-        "DELETE FROM job_outbox o USING unnest($1::uuid[], $2::bigint[]) AS q(document_id, version)
-         WHERE o.document_id = q.document_id AND o.version = q.version",
-    )
-    .bind(ids)
-    .bind(versions)
-    .execute(pool)
     .await?;
     Ok(())
 }
