@@ -5,7 +5,8 @@
 //!    `recursive-character` splitter (chunk size 1,000, overlap 200), full-text search off,
 //!    three classifications (`public`, `internal`, `restricted`; document `i` has the
 //!    `i % 3`-th), the metadata schema `{category: string, year: integer, score: number,
-//!    published: boolean}` and no metadata index. Documents are synthetic topic texts of about
+//!    published: boolean}` and no metadata index (Trove's own indexes on declared fields, the
+//!    default, are kept). Documents are synthetic topic texts of about
 //!    2 KB (deterministic seed), `category` uniform over `c00`–`c19`, `year` uniform over
 //!    2020–2024 (independent of it), `score` in 0–100, `published` half true.
 //! 2. Ingestion of N documents by 8 concurrent clients, one document per request
@@ -22,9 +23,10 @@
 //!    `{"$and": [{"category": {"$eq": "c07"}}, {"year": {"$eq": 2022}}]}`. First a window of
 //!    5 s taking the four in turn (the p50 of each over the window), then each measured at one
 //!    client (p50/p99) and 8 clients (searches/s and p50), then the window's mix again for as
-//!    long with other queries (the same interleaving long after ingestion), then metadata
-//!    indexes on `category` and `year` through `POST /pipelines/{id}/indexes` and the two
-//!    filters again.
+//!    long with other queries (the same interleaving long after ingestion), then the two
+//!    filters with the declared fields' indexes turned off (`PATCH /pipelines/{id}` with the
+//!    schema's `"x-trove-index": false`: no index serves them), then with metadata indexes on
+//!    `category` and `year` through `POST /pipelines/{id}/indexes`.
 //! 4. Next to each, its floor: the same statement alone on a pooled connection with the
 //!    service's session settings (`common::floor`: the path the service chooses, the plan of
 //!    `trove::retrieval::search`, run by its `run_plan`), taking turns with the HTTP searches at
@@ -195,6 +197,18 @@ fn submission(i: usize, document: &Document) -> Value {
 // ---- Pipeline and ingestion --------------------------------------------------------------
 
 /// The `hash` model, the pipeline and what its searches need, through the interface.
+fn metadata_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "category": {"type": "string"},
+            "year": {"type": "integer"},
+            "score": {"type": "number"},
+            "published": {"type": "boolean"}
+        }
+    })
+}
+
 async fn create_pipeline(http: &Http) -> Uuid {
     let model = http
         .json(
@@ -226,15 +240,7 @@ async fn create_pipeline(http: &Http) -> Uuid {
                 "default_text_splitter_id": splitter["id"],
                 "classifications": CLASSIFICATIONS,
                 "has_full_text_search": false,
-                "metadata_schema": {
-                    "type": "object",
-                    "properties": {
-                        "category": {"type": "string"},
-                        "year": {"type": "integer"},
-                        "score": {"type": "number"},
-                        "published": {"type": "boolean"}
-                    }
-                }
+                "metadata_schema": metadata_schema(),
             })),
         )
         .await;
@@ -586,7 +592,7 @@ async fn first_window(s: &Searched, probes: &[Probe], seconds: u64) -> Vec<Vec<D
 /// One scenario's measurements.
 struct Scenario {
     kind: Kind,
-    indexed: bool,
+    indexes: Indexes,
     http: Vec<Duration>,
     floor: Vec<Duration>,
     /// The ids each measured query's HTTP search returned.
@@ -609,13 +615,13 @@ struct Concurrent {
 }
 
 /// One client: HTTP and the floor take turns, each over every query, half the list apart.
-async fn sequential(s: &Searched, kind: Kind, probes: &[Probe], indexed: bool) -> Scenario {
+async fn sequential(s: &Searched, kind: Kind, probes: &[Probe], indexes: Indexes) -> Scenario {
     let estimates = ScopeEstimates::new();
     let rows = s.estimated_rows().await;
     let n = probes.len();
     let mut out = Scenario {
         kind,
-        indexed,
+        indexes,
         http: Vec::with_capacity(n),
         floor: Vec::with_capacity(n),
         ids: vec![Vec::new(); n],
@@ -699,16 +705,16 @@ async fn concurrent(s: &Searched, kind: Kind, probes: &[Probe], options: &Option
 async fn scenario(
     s: &Searched,
     kind: Kind,
-    indexed: bool,
+    indexes: Indexes,
     queries: &Queries,
     options: &Options,
 ) -> Scenario {
-    let mut out = sequential(s, kind, &queries.measured, indexed).await;
+    let mut out = sequential(s, kind, &queries.measured, indexes).await;
     out.concurrent = concurrent(s, kind, &queries.concurrent, options).await;
     println!(
         "  {}{}: 1 client HTTP p50 {:.3} ms, floor {:.3} ms; {} clients {:.0} searches/s, floor {:.0} (load average {})",
         kind.name(),
-        if indexed { " +idx" } else { "" },
+        indexes.label(),
         pct(&out.http, 50.0),
         pct(&out.floor, 50.0),
         options.clients,
@@ -721,6 +727,43 @@ async fn scenario(
 
 fn rate(samples: &[Duration], wall: Duration) -> f64 {
     samples.len() as f64 / wall.as_secs_f64()
+}
+
+/// The indexes serving a filtered scenario's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Indexes {
+    /// The pipeline's default: Trove keeps an index on each declared field.
+    Declared,
+    /// The schema's `"x-trove-index": false`: no index serves the filters.
+    Off,
+    /// Metadata indexes made through `POST /pipelines/{id}/indexes` (declared fields not indexed).
+    Metadata,
+}
+
+impl Indexes {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Declared => "",
+            Self::Off => " no idx",
+            Self::Metadata => " +idx",
+        }
+    }
+}
+
+/// Turns the indexes of the pipeline's declared fields off through the interface (the schema
+/// again with `"x-trove-index": false`); the time it took.
+async fn drop_declared_field_indexes(s: &Searched) -> Duration {
+    let mut schema = metadata_schema();
+    schema["x-trove-index"] = json!(false);
+    let started = Instant::now();
+    s.http
+        .json(
+            reqwest::Method::PATCH,
+            &format!("/pipelines/{}", s.pipeline_id),
+            Some(json!({"metadata_schema": schema})),
+        )
+        .await;
+    started.elapsed()
 }
 
 /// Metadata indexes on the filtered fields, through the interface; the time of each.
@@ -752,6 +795,8 @@ struct Searches {
     /// When the first search started.
     first_at: chrono::DateTime<chrono::Utc>,
     scenarios: Vec<Scenario>,
+    /// The time of the PATCH turning the declared fields' indexes off (dropping them).
+    declared_off: Duration,
     indexes: Vec<(&'static str, Duration)>,
 }
 
@@ -783,13 +828,17 @@ async fn searches(s: &Searched, done: &Done, queries: &Queries, options: &Option
     println!("steady state (load average {}):", load_average());
     let mut scenarios = Vec::new();
     for kind in KINDS {
-        let scenario = scenario(s, kind, false, queries, options).await;
+        let scenario = scenario(s, kind, Indexes::Declared, queries, options).await;
         scenarios.push(scenario);
     }
     let late_window = first_window(s, &queries.late_window, options.window).await;
+    let declared_off = drop_declared_field_indexes(s).await;
+    for kind in [Kind::Filter5, Kind::Filter1] {
+        scenarios.push(scenario(s, kind, Indexes::Off, queries, options).await);
+    }
     let indexes = add_indexes(s).await;
     for kind in [Kind::Filter5, Kind::Filter1] {
-        scenarios.push(scenario(s, kind, true, queries, options).await);
+        scenarios.push(scenario(s, kind, Indexes::Metadata, queries, options).await);
     }
     Searches {
         window,
@@ -797,6 +846,7 @@ async fn searches(s: &Searched, done: &Done, queries: &Queries, options: &Option
         first_after,
         first_at,
         scenarios,
+        declared_off,
         indexes,
     }
 }
@@ -962,11 +1012,7 @@ fn print_window(searches: &Searches, window: u64) {
 const FIRST_LABEL: &str = "first-win p50";
 
 fn scenario_rows(scenario: &Scenario, recall: f64, clients: usize) -> [Vec<String>; 2] {
-    let name = format!(
-        "{}{}",
-        scenario.kind.name(),
-        if scenario.indexed { " +idx" } else { "" }
-    );
+    let name = format!("{}{}", scenario.kind.name(), scenario.indexes.label());
     let path = if scenario.exact_path == scenario.floor.len() {
         "exact"
     } else if scenario.exact_path == 0 {
@@ -1059,19 +1105,27 @@ fn print_targets(n: usize, ingestion: &[Ingestion], searches: &Searches, recalls
         );
     }
     let scenarios = &searches.scenarios;
-    let (plain, five) = (&scenarios[0], &scenarios[2]);
-    let ratio = pct(&five.http, 50.0) / pct(&plain.http, 50.0);
-    let all_hits = five.ids.iter().all(|ids| ids.len() == K);
-    println!(
-        "  5 % filter without an index: p50 ≤ 2 × unfiltered p50 ({ratio:.2}), all {K} hits ({all_hits}), recall@5 ≥ 0.95 ({:.4}): {}{}",
-        recalls[2],
-        verdict(ratio <= 2.0 && all_hits && recalls[2] >= 0.95),
-        if n == 20_000 {
-            ""
-        } else {
-            " (the target names 20,000 documents)"
-        }
-    );
+    let plain = &scenarios[0];
+    // The 5 % filter with the pipeline's default (its declared fields indexed) and with the
+    // declared fields' indexes off: no metadata index made either way.
+    for (i, how) in [
+        (2, "declared fields indexed, the default"),
+        (4, "\"x-trove-index\": false"),
+    ] {
+        let five = &scenarios[i];
+        let ratio = pct(&five.http, 50.0) / pct(&plain.http, 50.0);
+        let all_hits = five.ids.iter().all(|ids| ids.len() == K);
+        println!(
+            "  5 % filter without a metadata index ({how}): p50 ≤ 2 × unfiltered p50 ({ratio:.2}), all {K} hits ({all_hits}), recall@5 ≥ 0.95 ({:.4}): {}{}",
+            recalls[i],
+            verdict(ratio <= 2.0 && all_hits && recalls[i] >= 0.95),
+            if n == 20_000 {
+                ""
+            } else {
+                " (the target names 20,000 documents)"
+            }
+        );
+    }
     let c = &plain.concurrent;
     let searches_per_s = rate(&c.http, c.http_wall);
     println!(
@@ -1188,7 +1242,8 @@ async fn report(trove: &Running, searched: &Searched, measured: &Measured, optio
     print_window(searches, options.window);
     print_scenarios(searches, &recalls, options.clients);
     println!(
-        "metadata indexes: {}",
+        "declared fields' indexes turned off (dropped) in {:.0} ms; metadata indexes: {}",
+        searches.declared_off.as_secs_f64() * 1000.0,
         searches
             .indexes
             .iter()

@@ -20,6 +20,21 @@ pub fn default_schema() -> Value {
     serde_json::json!({"type": "object", "properties": {}})
 }
 
+/// The annotation that says whether Trove keeps an index on declared fields
+/// (`store::indexes::sync_declared_field_indexes`): `true` or `false` on a top-level property
+/// for that field, at the top of the schema for every property that does not say.
+pub const INDEX_ANNOTATION: &str = "x-trove-index";
+
+/// Whether the declared field of `property` in `schema` is indexed: its own
+/// [`INDEX_ANNOTATION`], else the schema's, else yes.
+pub fn indexed(schema: &Value, property: &Value) -> bool {
+    property
+        .get(INDEX_ANNOTATION)
+        .or_else(|| schema.get(INDEX_ANNOTATION))
+        .and_then(Value::as_bool)
+        .unwrap_or(true)
+}
+
 /// The declared type of a top-level property: its type name without `"null"`.
 pub fn property_type(property: &Value) -> Option<&str> {
     match property.get("type")? {
@@ -96,7 +111,19 @@ pub fn check_schema(schema: &Value) -> Result<(), ApiError> {
                 Some(ty) if declared_type_ok(ty) => {}
                 _ => return Err(ApiError::Schema),
             }
+            if property
+                .get(INDEX_ANNOTATION)
+                .is_some_and(|a| !a.is_boolean())
+            {
+                return Err(ApiError::Schema);
+            }
         }
+    }
+    if object
+        .get(INDEX_ANNOTATION)
+        .is_some_and(|a| !a.is_boolean())
+    {
+        return Err(ApiError::Schema);
     }
     if mentions_arrays(schema) {
         return Err(ApiError::Schema);
@@ -185,6 +212,35 @@ mod tests {
             json!({"properties": {"a": {"type": ["string", "integer"]}}}),
             json!({"properties": {"a": {"type": "date"}}}),
             json!({"properties": {"a": {"type": "string", "minLength": "x"}}}),
+        ] {
+            assert!(check_schema(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn declared_fields_are_indexed_unless_the_schema_says_otherwise() {
+        let property = |annotation: Option<bool>| match annotation {
+            Some(a) => json!({"type": "string", INDEX_ANNOTATION: a}),
+            None => json!({"type": "string"}),
+        };
+        let plain = json!({"type": "object"});
+        let off = json!({"type": "object", INDEX_ANNOTATION: false});
+        let on = json!({"type": "object", INDEX_ANNOTATION: true});
+        assert!(indexed(&plain, &property(None)));
+        assert!(!indexed(&plain, &property(Some(false))));
+        assert!(!indexed(&off, &property(None)));
+        assert!(indexed(&off, &property(Some(true))));
+        assert!(!indexed(&on, &property(Some(false))));
+        assert!(indexed(&on, &property(None)));
+        let annotated = json!({INDEX_ANNOTATION: false, "properties": {
+            "a": {"type": "string", INDEX_ANNOTATION: true},
+            "b": {"type": "integer"},
+        }});
+        assert!(check_schema(&annotated).is_ok());
+        for bad in [
+            json!({INDEX_ANNOTATION: "no", "properties": {}}),
+            json!({"properties": {"a": {"type": "string", INDEX_ANNOTATION: 0}}}),
+            json!({"properties": {"a": {"type": "string", INDEX_ANNOTATION: null}}}),
         ] {
             assert!(check_schema(&bad).is_err(), "{bad}");
         }

@@ -60,17 +60,22 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
     };
     let vectors = search.estimated_rows;
     let (path, selectivity) = if restricted {
-        // The service's basis: the vector count and the pipeline's metadata indexes.
-        let metadata_indexes: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM pipeline_indexes WHERE pipeline_id = $1 ORDER BY id",
-        )
-        .bind(search.pipeline_id)
-        .fetch_all(pool)
-        .await
-        .expect("metadata indexes");
+        // The service's basis: the vector count, the pipeline's metadata indexes and its last
+        // change.
+        let (pipeline_changed, metadata_indexes): (chrono::DateTime<chrono::Utc>, Vec<Uuid>) =
+            sqlx::query_as(
+                "SELECT p.updated_at, array(SELECT i.id FROM pipeline_indexes AS i
+                                           WHERE i.pipeline_id = p.id ORDER BY i.id)
+                 FROM pipelines AS p WHERE p.id = $1",
+            )
+            .bind(search.pipeline_id)
+            .fetch_one(pool)
+            .await
+            .expect("metadata indexes");
         let basis = EstimateBasis {
             vectors,
             metadata_indexes: &metadata_indexes,
+            pipeline_changed,
             pipeline_classifications: search.pipeline_classifications,
         };
         let estimate = estimate_scope_cached(pool, estimates, &scope, &basis)

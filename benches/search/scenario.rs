@@ -26,20 +26,48 @@ struct Sequential {
     differing: usize,
 }
 
-/// The scenario without a filter, under the tenant filter, or under it with a metadata index
-/// on the field (added here, through the interface).
-pub async fn run(bench: &mut Bench<'_>, filtered: bool, indexed: bool) -> Summary {
-    let label = match (filtered, indexed) {
-        (false, _) => "none",
-        (true, false) => "tenant 1%",
-        (true, true) => "tenant 1% +idx",
-    };
+/// The scenarios, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    None,
+    /// The tenant filter, with the pipeline's default: Trove's own index on each declared field.
+    Declared,
+    /// The tenant filter without any index on the field (the schema's `"x-trove-index": false`,
+    /// set here through the interface).
+    Unindexed,
+    /// The tenant filter with a metadata index on the field (added here, through the interface).
+    MetadataIndex,
+}
+
+impl Filter {
+    pub const ALL: [Self; 4] = [
+        Self::None,
+        Self::Declared,
+        Self::Unindexed,
+        Self::MetadataIndex,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Declared => "tenant 1%",
+            Self::Unindexed => "tenant 1% no idx",
+            Self::MetadataIndex => "tenant 1% +idx",
+        }
+    }
+}
+
+/// One scenario (see [`Filter`]).
+pub async fn run(bench: &mut Bench<'_>, scenario: Filter) -> Summary {
+    let (filtered, label) = (scenario != Filter::None, scenario.label());
     println!("\n--- N = {}, filter: {label} ---", bench.n);
     if filtered {
         println!("filter: {{\"tenant\": {{\"$eq\": <query's tenant>}}}}");
     }
-    if indexed {
-        add_metadata_index(bench).await;
+    match scenario {
+        Filter::Unindexed => unindex_declared_fields(bench).await,
+        Filter::MetadataIndex => add_metadata_index(bench).await,
+        Filter::None | Filter::Declared => {}
     }
     print_plan(bench, filtered).await;
     wait_quiet(bench.options.wait_quiet).await;
@@ -62,6 +90,28 @@ pub async fn run(bench: &mut Bench<'_>, filtered: bool, indexed: bool) -> Summar
     summary
 }
 
+/// The declared fields' indexes turned off through the interface (the schema again with
+/// `"x-trove-index": false`), then fresh statistics and connections.
+async fn unindex_declared_fields(bench: &mut Bench<'_>) {
+    let mut schema = crate::target::metadata_schema();
+    schema["x-trove-index"] = json!(false);
+    let started = Instant::now();
+    bench
+        .trove
+        .http
+        .json(
+            reqwest::Method::PATCH,
+            &format!("/pipelines/{}", bench.target.pipeline_id),
+            Some(json!({"metadata_schema": schema})),
+        )
+        .await;
+    println!(
+        "declared fields' indexes dropped (PATCH /pipelines/{{id}}, \"x-trove-index\": false): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    refresh(bench).await;
+}
+
 /// A metadata index on the field, through the interface, then fresh statistics (ANALYZE
 /// collects them for the index expression) and fresh connections.
 async fn add_metadata_index(bench: &mut Bench<'_>) {
@@ -75,7 +125,15 @@ async fn add_metadata_index(bench: &mut Bench<'_>) {
             Some(json!({"field": "tenant"})),
         )
         .await;
-    let created = started.elapsed();
+    println!(
+        "metadata index on `tenant` (POST /pipelines/{{id}}/indexes): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    refresh(bench).await;
+}
+
+/// Fresh statistics and fresh connections after the field's indexes changed.
+async fn refresh(bench: &mut Bench<'_>) {
     sqlx::raw_sql("ANALYZE fragments")
         .execute(&mut bench.db)
         .await
@@ -102,8 +160,7 @@ async fn add_metadata_index(bench: &mut Bench<'_>) {
     // (`store::connect_lazy`); past that, the terminated ones are found and replaced.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     println!(
-        "metadata index on `tenant` (POST /pipelines/{{id}}/indexes): {:.1} s, then ANALYZE fragments; {closed} service connections closed so that plans are made afresh",
-        created.as_secs_f64()
+        "then ANALYZE fragments; {closed} service connections closed so that plans are made afresh"
     );
     bench.target.choose_paths(&bench.raw).await;
 }

@@ -75,13 +75,7 @@ pub async fn create(trove: &Running) -> (Target, Uuid) {
                 "default_text_splitter_id": splitters["data"][0]["id"],
                 "classifications": ["public", "restricted"],
                 "hierarchy": [["restricted", "public"]],
-                "metadata_schema": {
-                    "type": "object",
-                    "properties": {
-                        "tenant": {"type": "integer"},
-                        "source": {"type": "string"}
-                    }
-                }
+                "metadata_schema": metadata_schema(),
             })),
         )
         .await;
@@ -92,6 +86,17 @@ pub async fn create(trove: &Running) -> (Target, Uuid) {
         .parse()
         .expect("uuid");
     (Target::read(trove, pipeline_id).await, splitter_id)
+}
+
+/// The pipeline's metadata schema: `tenant` (1 % of the documents each) and `source`.
+pub fn metadata_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "tenant": {"type": "integer"},
+            "source": {"type": "string"}
+        }
+    })
 }
 
 impl Target {

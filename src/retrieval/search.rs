@@ -109,11 +109,13 @@ pub async fn estimate_scope(
 }
 
 /// What a scope's estimate was made from, besides the scope itself: the association's vector
-/// count in the statistics, the pipeline's metadata indexes, and how many classifications the
-/// pipeline has.
+/// count in the statistics, the pipeline's metadata indexes, its last change (a change of its
+/// schema or of `index_declared_fields` creates or drops indexes on its declared fields), and
+/// how many classifications the pipeline has.
 pub struct EstimateBasis<'a> {
     pub vectors: f64,
     pub metadata_indexes: &'a [Uuid],
+    pub pipeline_changed: chrono::DateTime<chrono::Utc>,
     pub pipeline_classifications: usize,
 }
 
@@ -133,8 +135,8 @@ pub async fn estimate_scope_cached(
     // The statement and its values name the scope exactly (pipeline, classifications,
     // filter); the values' debug form is unambiguous for the types a scope binds.
     let key = format!(
-        "{sql}\u{0}{:?}\u{0}{}\u{0}{:?}",
-        values.0, basis.vectors, basis.metadata_indexes
+        "{sql}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}",
+        values.0, basis.vectors, basis.metadata_indexes, basis.pipeline_changed
     );
     if let Some(estimate) = estimates.get(&key) {
         return Ok(estimate);

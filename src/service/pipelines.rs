@@ -237,6 +237,7 @@ pub async fn create(
     .await?;
     store::replace_classifications(&mut tx, id, &input.classifications, &input.hierarchy).await?;
     indexes::ensure_field_statistics(&mut tx, &schema).await?;
+    indexes::sync_declared_field_indexes(&mut tx).await?;
     if let (Some(model_id), Some(dimensions)) = (input.embedding_model_id, model_dimensions) {
         let vector_embedding_id = Uuid::new_v4();
         store::insert_vector_embedding(&mut tx, vector_embedding_id, id, model_id, dimensions)
@@ -286,6 +287,7 @@ pub async fn update(
     if schema_changed {
         let mut tx = pool.begin().await?;
         indexes::ensure_field_statistics(&mut tx, &schema).await?;
+        indexes::sync_declared_field_indexes(&mut tx).await?;
         tx.commit().await?;
     }
     store::get(pool, id).await?.ok_or_else(|| not_found(id))
@@ -295,6 +297,10 @@ pub async fn update(
 pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
     let current = require(pool, auth, id, AccessLevel::WRITE).await?;
     store::delete(pool, id, current.ve_id).await?;
+    // The indexes of declared fields no other pipeline asks for go with it.
+    let mut tx = pool.begin().await?;
+    indexes::sync_declared_field_indexes(&mut tx).await?;
+    tx.commit().await?;
     Ok(())
 }
 

@@ -456,6 +456,7 @@ async fn resolve_scope(
             let basis = search::EstimateBasis {
                 vectors,
                 metadata_indexes: &context.metadata_index_ids,
+                pipeline_changed: context.pipeline.updated_at,
                 pipeline_classifications: context.classification_names.len(),
             };
             let estimate =

@@ -47,17 +47,48 @@ pub fn typed_field_expression(field: &str, declared_type: &str) -> Option<String
     trove_query::filter::typed_field_sql("metadata", field, declared).map(|sql| format!("({sql})"))
 }
 
-/// Key of the advisory lock under which field statistics are created (two pipelines declaring
-/// the same field at once would otherwise race on the object's name).
-const FIELD_STATISTICS_LOCK: i64 = 0x7472_6f76_655f_7374;
+/// Key of the advisory lock under which the objects Trove keeps on declared fields (statistics,
+/// indexes) are created and dropped (two pipelines declaring the same field at once would
+/// otherwise race on the object's name).
+const FIELD_OBJECTS_LOCK: i64 = 0x7472_6f76_655f_7374;
 
-/// The name of the statistics object of a field of a declared type: one per (type, field),
-/// shared by every pipeline that declares it so.
-fn statistics_name(field: &str, declared_type: &str) -> String {
+/// The prefix of the indexes Trove keeps on declared fields (see [`sync_declared_field_indexes`]).
+const DECLARED_INDEX_PREFIX: &str = "mfidx_";
+
+/// A declared top-level field of a schema that a filter can compare (not an object), with the
+/// typed expression the filter compiles for it.
+struct DeclaredField {
+    /// A digest of the field and its declared type: the objects Trove keeps on the field are
+    /// named from it, one per (type, field), shared by every pipeline declaring it so.
+    digest: String,
+    expression: String,
+    /// The schema asks for the field's index (`metadata_schema::indexed`).
+    indexed: bool,
+}
+
+fn declared_fields(schema: &serde_json::Value) -> Vec<DeclaredField> {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("{declared_type}:{field}").as_bytes());
-    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    format!("mstat_{hex}")
+    metadata_schema::properties(schema)
+        .iter()
+        .filter_map(|(field, property)| {
+            let declared_type = metadata_schema::property_type(property)?;
+            let expression = typed_field_expression(field, declared_type)?;
+            let digest = Sha256::digest(format!("{declared_type}:{field}").as_bytes());
+            Some(DeclaredField {
+                digest: digest.iter().take(12).map(|b| format!("{b:02x}")).collect(),
+                expression,
+                indexed: metadata_schema::indexed(schema, property),
+            })
+        })
+        .collect()
+}
+
+async fn lock_field_objects(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(FIELD_OBJECTS_LOCK)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Creates the planner's statistics on the typed expression of every declared top-level
@@ -70,30 +101,79 @@ pub async fn ensure_field_statistics(
     conn: &mut PgConnection,
     schema: &serde_json::Value,
 ) -> Result<(), sqlx::Error> {
-    let statements: Vec<String> = metadata_schema::properties(schema)
-        .iter()
-        .filter_map(|(field, property)| {
-            let declared_type = metadata_schema::property_type(property)?;
-            let expression = typed_field_expression(field, declared_type)?;
-            // The name is rendered from a digest and the expression comes from
-            // `typed_field_expression`: neither can alter the statement.
-            Some(format!(
-                "CREATE STATISTICS IF NOT EXISTS {} ON {expression} FROM fragments",
-                statistics_name(field, declared_type)
-            ))
-        })
-        .collect();
-    if statements.is_empty() {
+    let fields = declared_fields(schema);
+    if fields.is_empty() {
         return Ok(());
     }
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(FIELD_STATISTICS_LOCK)
+    lock_field_objects(conn).await?;
+    for field in fields {
+        // The name is rendered from a digest and the expression comes from
+        // `typed_field_expression`: neither can alter the statement.
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE STATISTICS IF NOT EXISTS mstat_{} ON {} FROM fragments",
+            field.digest, field.expression
+        )))
         .execute(&mut *conn)
         .await?;
-    for statement in statements {
-        sqlx::raw_sql(AssertSqlSafe(statement))
+    }
+    Ok(())
+}
+
+/// Makes the indexes Trove keeps on declared fields match the pipelines' schemas: one index on
+/// `fragments` per (type, field) that some pipeline declares and indexes (every declared
+/// top-level field that is not an object, unless the schema says `"x-trove-index": false`:
+/// `metadata_schema::indexed`), over the pipeline id and the field's typed expression,
+/// holding the fragments where that expression has a value (so fragments of pipelines without
+/// the field cost it only the test); those no pipeline asks for any more are dropped. A filter
+/// on such a field then reads the fragments it admits through the index, as through a metadata
+/// index. In the caller's transaction, without statement timeout for the rest of it: building
+/// an index reads every fragment, and inserts into `fragments` wait for it.
+pub async fn sync_declared_field_indexes(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    lock_field_objects(conn).await?;
+    let schemas: Vec<serde_json::Value> =
+        sqlx::query_scalar("SELECT metadata_schema FROM pipelines")
+            .fetch_all(&mut *conn)
+            .await?;
+    let wanted: std::collections::BTreeMap<String, String> = schemas
+        .iter()
+        .flat_map(declared_fields)
+        .filter(|field| field.indexed)
+        .map(|field| {
+            (
+                format!("{DECLARED_INDEX_PREFIX}{}", field.digest),
+                field.expression,
+            )
+        })
+        .collect();
+    let existing: Vec<String> = sqlx::query_scalar(
+        "SELECT i.relname::text FROM pg_index AS x
+         JOIN pg_class AS i ON i.oid = x.indexrelid
+         WHERE x.indrelid = 'fragments'::regclass AND starts_with(i.relname::text, $1)",
+    )
+    .bind(DECLARED_INDEX_PREFIX)
+    .fetch_all(&mut *conn)
+    .await?;
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    // Names are the prefix and a digest (those read back are also checked to be plain
+    // identifiers), expressions come from `typed_field_expression`: nothing can alter the
+    // statements.
+    let stale = existing.iter().filter(|name| {
+        !wanted.contains_key(*name) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    for name in stale {
+        sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
             .execute(&mut *conn)
             .await?;
+    }
+    for (name, expression) in wanted.iter().filter(|(name, _)| !existing.contains(name)) {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE INDEX IF NOT EXISTS {name} ON fragments (pipeline_id, {expression}) \
+             WHERE {expression} IS NOT NULL"
+        )))
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(())
 }

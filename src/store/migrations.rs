@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "deferred_vector_index",
         sql: include_str!("../../migrations/0011_deferred_vector_index.sql"),
     },
+    Migration {
+        version: 12,
+        name: "declared_field_indexes",
+        sql: include_str!("../../migrations/0012_declared_field_indexes.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -947,6 +947,115 @@ async fn removing_a_classification_carried_by_a_stored_version_conflicts() {
     );
 }
 
+/// The fields that Trove's indexes on declared fields (`mfidx_…` on `fragments`) cover, read
+/// from the indexes' definitions, sorted; each index is partial, over the pipeline id and the
+/// field's typed expression.
+async fn declared_field_indexes(app: &TestApp) -> Vec<String> {
+    let definitions: Vec<String> = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes
+         WHERE tablename = 'fragments' AND starts_with(indexname, 'mfidx_')",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let mut fields: Vec<String> = definitions
+        .iter()
+        .map(|definition| {
+            assert!(
+                definition.contains("(pipeline_id, ") && definition.contains("IS NOT NULL"),
+                "{definition}"
+            );
+            let field = definition
+                .split(['\'', '"'])
+                .find(|part| {
+                    !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                })
+                .unwrap_or_else(|| panic!("{definition}"));
+            field.to_owned()
+        })
+        .collect();
+    fields.sort();
+    fields
+}
+
+/// Trove indexes every declared top-level field that is not an object, one index per field
+/// and type shared by the pipelines declaring it so, unless the schema says
+/// `"x-trove-index": false` (on the property, else at the top); schema changes and deletes keep
+/// the indexes in step, and an annotation that is not a boolean is a schema error.
+#[tokio::test]
+async fn declared_fields_are_indexed_unless_the_schema_says_otherwise() {
+    let app = spawn_app().await;
+    let schema = json!({"type": "object", "properties": {
+        "year": {"type": "integer"},
+        "team": {"type": "string"},
+        "score": {"type": ["number", "null"]},
+        "draft": {"type": "boolean"},
+        "author": {"type": "object", "properties": {"name": {"type": "string"}}},
+    }});
+    let first = app
+        .new_pipeline_id(json!({"metadata_schema": schema}))
+        .await;
+    assert_eq!(
+        declared_field_indexes(&app).await,
+        ["draft", "score", "team", "year"]
+    );
+    // `team` again (shared), `rank` not indexed by its property's word, `level` by the schema's.
+    let second = app
+        .new_pipeline_id(
+            json!({"metadata_schema": {"type": "object", "x-trove-index": false,
+            "properties": {
+                "team": {"type": "string", "x-trove-index": true},
+                "rank": {"type": "integer", "x-trove-index": false},
+                "level": {"type": "integer"},
+            }}}),
+        )
+        .await;
+    assert_eq!(
+        declared_field_indexes(&app).await,
+        ["draft", "score", "team", "year"]
+    );
+
+    // The first pipeline's fields unindexed, but `year`: `team` stays for the second.
+    let mut changed = schema.clone();
+    changed["x-trove-index"] = json!(false);
+    changed["properties"]["year"]["x-trove-index"] = json!(true);
+    let reply = app
+        .patch(
+            &format!("/pipelines/{first}"),
+            &json!({"metadata_schema": changed}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body["metadata_schema"], changed);
+    assert_eq!(declared_field_indexes(&app).await, ["team", "year"]);
+
+    for bad in [json!("no"), json!(1), json!(null), json!({})] {
+        let mut refused = changed.clone();
+        refused["x-trove-index"] = bad.clone();
+        let reply = app
+            .patch(
+                &format!("/pipelines/{first}"),
+                &json!({"metadata_schema": refused}),
+            )
+            .await;
+        assert_schema_error(&reply);
+        let mut refused = schema.clone();
+        refused["properties"]["team"]["x-trove-index"] = bad;
+        let body = app
+            .pipeline_body(json!({"name": "refused", "metadata_schema": refused}))
+            .await;
+        assert_schema_error(&app.post("/pipelines", &body).await);
+    }
+    assert_eq!(declared_field_indexes(&app).await, ["team", "year"]);
+
+    let reply = app.delete(&format!("/pipelines/{second}")).await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert_eq!(declared_field_indexes(&app).await, ["year"]);
+    let reply = app.delete(&format!("/pipelines/{first}")).await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert!(declared_field_indexes(&app).await.is_empty());
+}
+
 #[tokio::test]
 async fn metadata_indexes_are_created_listed_and_deleted() {
     let app = spawn_app().await;
@@ -1356,6 +1465,59 @@ async fn migration_7_rebuilds_metadata_indexes_and_records_unconvertible_integer
         recorded,
         [("year".to_owned(), uuid_of(&submitted.body, "id"))]
     );
+}
+
+/// Migration 12 creates, for the pipelines made before it, the indexes on declared fields that
+/// the service keeps from then on: the same names and definitions, the same fields left out.
+#[tokio::test]
+async fn migration_12_indexes_the_declared_fields_of_existing_pipelines() {
+    let app = spawn_app_without_worker().await;
+    app.new_pipeline_id(json!({"metadata_schema": {"type": "object", "properties": {
+        "year": {"type": "integer"}, "team": {"type": ["string", "null"]},
+        "draft": {"type": "boolean"}, "score": {"type": "number", "x-trove-index": false},
+        "author": {"type": "object", "properties": {"name": {"type": "string"}}}}}}))
+        .await;
+    app.new_pipeline_id(json!({"metadata_schema": {"type": "object", "x-trove-index": false,
+        "properties": {"rank": {"type": "integer"}, "level": {"type": "integer", "x-trove-index": true}}}}))
+        .await;
+    let definitions = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT indexdef FROM pg_indexes
+             WHERE tablename = 'fragments' AND starts_with(indexname, 'mfidx_') ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let kept = definitions(app.pool.clone()).await;
+    assert_eq!(
+        declared_field_indexes(&app).await,
+        ["draft", "level", "team", "year"]
+    );
+
+    // As a database before migration 12: no such index.
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE starts_with(indexname, 'mfidx_')",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    for name in names {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX {name}")))
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("DELETE FROM _trove_migrations WHERE version = 12")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert!(definitions(app.pool.clone()).await.is_empty());
+    assert_eq!(
+        trove::store::migrations::migrate(&app.pool).await.unwrap(),
+        1
+    );
+    assert_eq!(definitions(app.pool.clone()).await, kept);
 }
 
 /// Every declared top-level field gets planner statistics on its typed expression (one object

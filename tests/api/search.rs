@@ -870,6 +870,7 @@ async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline(
         &search::EstimateBasis {
             vectors: 60.0,
             metadata_indexes: &[],
+            pipeline_changed: chrono::Utc::now(),
             pipeline_classifications: 3,
         },
     )
@@ -889,4 +890,107 @@ async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline(
     .await
     .unwrap();
     assert!((39.0..=41.0).contains(&some.admitted), "{some:?}");
+}
+
+/// A filter on a declared field reads the fragments it admits through Trove's own index on
+/// the field (the default), as through a metadata index; with the schema's
+/// `"x-trove-index": false` it tests each of the pipeline's fragments. Either way a search
+/// returns the exact ranking under the filter.
+#[tokio::test]
+async fn a_filter_on_a_declared_field_reads_through_its_index_unless_the_schema_says_otherwise() {
+    use trove::retrieval::cost::Reach;
+    use trove::retrieval::search::{self, Scope};
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    let model = app.create_hash_model("declared", 16).await;
+    let schema = json!({"type": "object", "properties": {
+        "category": {"type": "string"}, "name": {"type": "string"}}});
+    let pipeline = app
+        .new_pipeline(json!({
+            "embedding_model_id": model["id"],
+            "classifications": ["public"],
+            "hierarchy": [],
+            "metadata_schema": schema,
+        }))
+        .await;
+    let pid = pipeline["id"].as_str().unwrap().to_owned();
+    let pipeline_id = uuid::Uuid::parse_str(&pid).unwrap();
+    for batch in 0..2 {
+        let documents: Vec<Value> = (batch * 600..(batch + 1) * 600)
+            .map(|i| {
+                json!({"external_identifier": format!("d{i}"), "classification": "public",
+                       "metadata": {"category": format!("c{:03}", i % 120), "name": format!("n{i}")},
+                       "text": format!("fragment {i} of topic {} and theme {}", i % 7, i % 11)})
+            })
+            .collect();
+        app.submit_batch(&pid, documents).await;
+    }
+    while app.step().await.jobs > 0 {}
+    sqlx::query("ANALYZE fragments")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    let filter = json!({"category": {"$eq": "c007"}});
+    let typed =
+        trove_query::filter::validate(&serde_json::from_value(filter.clone()).unwrap(), &schema)
+            .unwrap();
+    let classifications = ["public".to_owned()];
+    let scope = Scope {
+        pipeline_id,
+        classifications: &classifications,
+        filter: Some(trove_query::filter::compile(
+            &typed,
+            "fragments",
+            &trove_query::filter::TeqExpansions::new(),
+        )),
+    };
+    let body = json!({"query": "fragment of topic 3 and theme 5", "type": "similarity",
+                      "classification": "public", "params": {"k": 5}, "filters": filter});
+    let expected: Vec<String> = {
+        let reply = search(&app, &pid, body.clone()).await;
+        let embedded = app
+            .post(
+                &format!("/embedding-models/{}/query", model["id"].as_str().unwrap()),
+                &json!({"text": "fragment of topic 3 and theme 5"}),
+            )
+            .await;
+        assert_eq!(embedded.status, StatusCode::OK, "{}", embedded.text);
+        let ve = pipeline["default_vector_embedding_id"].as_str().unwrap();
+        let table = trove::store::vectors::table_name(uuid::Uuid::parse_str(ve).unwrap());
+        let exact: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT f.metadata->>'name' FROM fragments f JOIN {table} v ON v.fragment_id = f.id
+             WHERE f.pipeline_id = $2 AND f.metadata->>'category' = 'c007'
+             ORDER BY v.embedding <=> $1::text::vector, 1 LIMIT 5"
+        )))
+        .bind(embedded.body["embedding"].to_string())
+        .bind(pipeline_id)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        assert_eq!(names(&reply), exact);
+        exact
+    };
+    let estimate = search::estimate_scope(&app.state.pool, &scope, true)
+        .await
+        .unwrap();
+    assert_eq!(estimate.reach, Reach::Indexed, "{estimate:?}");
+
+    let mut unindexed = schema.clone();
+    unindexed["x-trove-index"] = json!(false);
+    let patched = app
+        .patch(
+            &format!("/pipelines/{pid}"),
+            &json!({"metadata_schema": unindexed}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    let estimate = search::estimate_scope(&app.state.pool, &scope, true)
+        .await
+        .unwrap();
+    assert_eq!(estimate.reach, Reach::Scanned, "{estimate:?}");
+    assert_eq!(names(&search(&app, &pid, body).await), expected);
 }
