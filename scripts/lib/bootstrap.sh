@@ -15,9 +15,12 @@
 #     .data/models/all-MiniLM-L6-v2 is a symlink to the model folder in the venv.
 #   * PostgreSQL on 127.0.0.1:${TROVE_PG_PORT:-55432}, data in .data/pg, log in
 #     .data/logs/postgres.log, superuser `trove` with trust authentication.
-#     shared_buffers is 256MB unless TROVE_PG_SHARED_BUFFERS (a Postgres size, e.g. 8GB)
-#     is set when the server is started; the benchmarks want their vectors and HNSW index
-#     to fit (run scripts/stop first to restart with another size).
+#     shared_buffers is 1GB unless TROVE_PG_SHARED_BUFFERS (a Postgres size, e.g. 8GB)
+#     is set when the server is started; searches right after a burst of ingestion want
+#     the burst's vectors, HNSW index and fragments to fit (at 256MB, filtered searches
+#     in the first seconds after 60,000 fragments took 1.6-1.9 times their later time),
+#     and the larger benchmarks want more (run scripts/stop first to restart with another
+#     size).
 #     Postgres refuses to run as root, so as root it runs as the system user trove-pg.
 #     If that user cannot reach the work tree (say a clone under /root, mode 700), the
 #     venv and the data dir live in /var/lib/trove-dev/<hash of the repo path>/ and
@@ -359,7 +362,7 @@ _tb_pg_init() {
 # --- Trove development settings (scripts/lib/bootstrap.sh) ---
 # listen_addresses, port and unix_socket_directories are given by pg_ctl -o.
 max_connections = 300
-shared_buffers = 256MB
+# shared_buffers is given by pg_ctl -o (TROVE_PG_SHARED_BUFFERS, default 1GB).
 # Only for tests: scripts/test starts the server with -c fsync=off
 # -c synchronous_commit=off -c full_page_writes=off (fast, not crash safe; test
 # databases are throwaway). scripts/run keeps these durable defaults.
@@ -401,11 +404,10 @@ _tb_pg_start() {
         # CREATE DATABASE and commits; not crash safe, which test data need not be.
         opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     fi
-    if [[ -n ${TROVE_PG_SHARED_BUFFERS:-} ]]; then
-        [[ $TROVE_PG_SHARED_BUFFERS =~ ^[0-9]+(kB|MB|GB|TB)?$ ]] ||
-            _tb_die "TROVE_PG_SHARED_BUFFERS must be a Postgres size such as 8GB, got '$TROVE_PG_SHARED_BUFFERS'"
-        opts+=" -c shared_buffers=$TROVE_PG_SHARED_BUFFERS"
-    fi
+    local buffers=${TROVE_PG_SHARED_BUFFERS:-1GB}
+    [[ $buffers =~ ^[0-9]+(kB|MB|GB|TB)?$ ]] ||
+        _tb_die "TROVE_PG_SHARED_BUFFERS must be a Postgres size such as 8GB, got '$buffers'"
+    opts+=" -c shared_buffers=$buffers"
     if [[ ! -L $TROVE_PG_LOG ]]; then
         touch "$TROVE_PG_LOG"
         if [[ $EUID -eq 0 ]]; then chown "$TROVE_PG_OS_USER:" "$TROVE_PG_LOG"; fi
