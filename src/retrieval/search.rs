@@ -110,8 +110,8 @@ pub async fn estimate_scope(
 
 /// What a scope's estimate was made from, besides the scope itself: the association's vector
 /// count in the statistics, the pipeline's metadata indexes, its last change (a change of its
-/// schema or of `index_declared_fields` creates or drops indexes on its declared fields), and
-/// how many classifications the pipeline has.
+/// schema creates or drops the indexes on its declared fields), and how many classifications
+/// the pipeline has.
 pub struct EstimateBasis<'a> {
     pub vectors: f64,
     pub metadata_indexes: &'a [Uuid],
