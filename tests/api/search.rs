@@ -950,30 +950,44 @@ async fn a_filter_on_a_declared_field_reads_through_its_index_unless_the_schema_
     };
     let body = json!({"query": "fragment of topic 3 and theme 5", "type": "similarity",
                       "classification": "public", "params": {"k": 5}, "filters": filter});
-    let expected: Vec<String> = {
-        let reply = search(&app, &pid, body.clone()).await;
-        let embedded = app
-            .post(
-                &format!("/embedding-models/{}/query", model["id"].as_str().unwrap()),
-                &json!({"text": "fragment of topic 3 and theme 5"}),
-            )
-            .await;
-        assert_eq!(embedded.status, StatusCode::OK, "{}", embedded.text);
-        let ve = pipeline["default_vector_embedding_id"].as_str().unwrap();
-        let table = trove::store::vectors::table_name(uuid::Uuid::parse_str(ve).unwrap());
-        let exact: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT f.metadata->>'name' FROM fragments f JOIN {table} v ON v.fragment_id = f.id
-             WHERE f.pipeline_id = $2 AND f.metadata->>'category' = 'c007'
-             ORDER BY v.embedding <=> $1::text::vector, 1 LIMIT 5"
-        )))
-        .bind(embedded.body["embedding"].to_string())
-        .bind(pipeline_id)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap();
-        assert_eq!(names(&reply), exact);
-        exact
+    // Every admitted fragment's exact distance: a search's hits must be the nearest of them,
+    // each with its own distance as its score (ties in any order).
+    let embedded = app
+        .post(
+            &format!("/embedding-models/{}/query", model["id"].as_str().unwrap()),
+            &json!({"text": "fragment of topic 3 and theme 5"}),
+        )
+        .await;
+    assert_eq!(embedded.status, StatusCode::OK, "{}", embedded.text);
+    let ve = pipeline["default_vector_embedding_id"].as_str().unwrap();
+    let table = trove::store::vectors::table_name(uuid::Uuid::parse_str(ve).unwrap());
+    let admitted: Vec<(String, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT f.metadata->>'name', v.embedding <=> $1::text::vector FROM fragments f
+         JOIN {table} v ON v.fragment_id = f.id
+         WHERE f.pipeline_id = $2 AND f.metadata->>'category' = 'c007' ORDER BY 2"
+    )))
+    .bind(embedded.body["embedding"].to_string())
+    .bind(pipeline_id)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(admitted.len() > 5, "{admitted:?}");
+    let assert_exact = |reply: &crate::helpers::Reply| {
+        let (names, scores) = (names(reply), scores(reply));
+        assert_eq!(names.len(), 5, "{}", reply.text);
+        for ((name, score), (_, nearest)) in names.iter().zip(&scores).zip(&admitted) {
+            let (_, distance) = admitted.iter().find(|(n, _)| n == name).unwrap();
+            assert!(
+                (score - distance).abs() < 1e-6,
+                "{name}: {score} != {distance}"
+            );
+            assert!(
+                (score - nearest).abs() < 1e-6,
+                "{name}: {score} != {nearest}"
+            );
+        }
     };
+    assert_exact(&search(&app, &pid, body.clone()).await);
     let estimate = search::estimate_scope(&app.state.pool, &scope, true)
         .await
         .unwrap();
@@ -992,5 +1006,5 @@ async fn a_filter_on_a_declared_field_reads_through_its_index_unless_the_schema_
         .await
         .unwrap();
     assert_eq!(estimate.reach, Reach::Scanned, "{estimate:?}");
-    assert_eq!(names(&search(&app, &pid, body).await), expected);
+    assert_exact(&search(&app, &pid, body).await);
 }
