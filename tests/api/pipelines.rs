@@ -947,17 +947,33 @@ async fn removing_a_classification_carried_by_a_stored_version_conflicts() {
     );
 }
 
-/// The fields that Trove's indexes on declared fields (`mfidx_…` on `fragments`) cover, read
-/// from the indexes' definitions, sorted; each index is partial, over the pipeline id and the
-/// field's typed expression.
-async fn declared_field_indexes(app: &TestApp) -> Vec<String> {
-    let definitions: Vec<String> = sqlx::query_scalar(
+/// A schema declaring `year`, `team`, `score`, `draft` and the object `author`.
+fn four_fields_and_an_object() -> Value {
+    json!({"type": "object", "properties": {
+        "year": {"type": "integer"},
+        "team": {"type": "string"},
+        "score": {"type": ["number", "null"]},
+        "draft": {"type": "boolean"},
+        "author": {"type": "object", "properties": {"name": {"type": "string"}}},
+    }})
+}
+
+/// The definitions of Trove's indexes on declared fields (`mfidx_…` on `fragments`), sorted.
+async fn declared_index_definitions(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes
-         WHERE tablename = 'fragments' AND starts_with(indexname, 'mfidx_')",
+         WHERE tablename = 'fragments' AND starts_with(indexname, 'mfidx_') ORDER BY 1",
     )
-    .fetch_all(&app.pool)
+    .fetch_all(pool)
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The fields that Trove's indexes on declared fields cover, read from the indexes'
+/// definitions, sorted; each index is partial, over the pipeline id and the field's typed
+/// expression.
+async fn declared_field_indexes(app: &TestApp) -> Vec<String> {
+    let definitions = declared_index_definitions(&app.pool).await;
     let mut fields: Vec<String> = definitions
         .iter()
         .map(|definition| {
@@ -985,13 +1001,7 @@ async fn declared_field_indexes(app: &TestApp) -> Vec<String> {
 #[tokio::test]
 async fn declared_fields_are_indexed_unless_the_schema_says_otherwise() {
     let app = spawn_app().await;
-    let schema = json!({"type": "object", "properties": {
-        "year": {"type": "integer"},
-        "team": {"type": "string"},
-        "score": {"type": ["number", "null"]},
-        "draft": {"type": "boolean"},
-        "author": {"type": "object", "properties": {"name": {"type": "string"}}},
-    }});
+    let schema = four_fields_and_an_object();
     let first = app
         .new_pipeline_id(json!({"metadata_schema": schema}))
         .await;
@@ -1059,13 +1069,7 @@ async fn declared_fields_are_indexed_unless_the_schema_says_otherwise() {
 #[tokio::test]
 async fn metadata_indexes_are_created_listed_and_deleted() {
     let app = spawn_app().await;
-    let schema = json!({"type": "object", "properties": {
-        "year": {"type": "integer"},
-        "team": {"type": "string"},
-        "score": {"type": ["number", "null"]},
-        "draft": {"type": "boolean"},
-        "author": {"type": "object", "properties": {"name": {"type": "string"}}},
-    }});
+    let schema = four_fields_and_an_object();
     let id = app
         .new_pipeline_id(json!({"metadata_schema": schema}))
         .await;
@@ -1480,16 +1484,7 @@ async fn migration_12_indexes_the_declared_fields_of_existing_pipelines() {
     app.new_pipeline_id(json!({"metadata_schema": {"type": "object", "x-trove-index": false,
         "properties": {"rank": {"type": "integer"}, "level": {"type": "integer", "x-trove-index": true}}}}))
         .await;
-    let definitions = |pool: sqlx::PgPool| async move {
-        sqlx::query_scalar::<_, String>(
-            "SELECT indexdef FROM pg_indexes
-             WHERE tablename = 'fragments' AND starts_with(indexname, 'mfidx_') ORDER BY 1",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap()
-    };
-    let kept = definitions(app.pool.clone()).await;
+    let kept = declared_index_definitions(&app.pool).await;
     assert_eq!(
         declared_field_indexes(&app).await,
         ["draft", "level", "team", "year"]
@@ -1512,12 +1507,12 @@ async fn migration_12_indexes_the_declared_fields_of_existing_pipelines() {
         .execute(&app.pool)
         .await
         .unwrap();
-    assert!(definitions(app.pool.clone()).await.is_empty());
+    assert!(declared_index_definitions(&app.pool).await.is_empty());
     assert_eq!(
         trove::store::migrations::migrate(&app.pool).await.unwrap(),
         1
     );
-    assert_eq!(definitions(app.pool.clone()).await, kept);
+    assert_eq!(declared_index_definitions(&app.pool).await, kept);
 }
 
 /// Every declared top-level field gets planner statistics on its typed expression (one object
