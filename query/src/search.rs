@@ -136,57 +136,110 @@ pub struct Nearest<'a> {
 }
 
 /// The statement of a nearest-neighbour selection within a scope.
+///
+/// On the exact path the ranking reads only each admitted fragment's key and distance: a
+/// subquery ranks them and keeps the first `fetch`, and just those are joined back to their
+/// fragments (and vectors, for MMR). Ranking whole rows copied every admitted fragment's
+/// content and metadata into the sort (0.9 ms of 6.3 for a 5 % scope of 59,833 fragments).
 pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
+    if query.exact {
+        return exact_nearest(scope, query);
+    }
     let v = Alias::new("v");
     let embedding = Expr::col((v.clone(), Alias::new("embedding")));
-    let vector = pgvector::Vector::from(query.vector.to_vec());
     let mut select = scoped_select(scope);
-    // The first expression holding a value: the vector becomes `$1`.
-    select.expr_as(
-        embedding.clone().binary(
-            BinOper::Custom(query.distance.operator()),
-            Expr::val(vector),
-        ),
-        Alias::new("score"),
-    );
+    select.expr_as(score(query), Alias::new("score"));
     if query.with_embeddings {
         select.expr_as(embedding, Alias::new("embedding"));
     }
-    let order = if query.exact {
-        query.distance.to_first_value_unindexed()
-    } else {
-        query.order.to_first_value()
-    };
-    let table = Alias::new(query.vector_table);
-    if query.exact {
+    select
+        .join_as(
+            JoinType::InnerJoin,
+            Alias::new(query.vector_table),
+            v.clone(),
+            Expr::col((v, Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
+        )
+        .order_by_expr(Expr::cust(query.order.to_first_value()), Order::Asc)
+        .limit(query.fetch);
+    bound(&mut select, query);
+    select
+}
+
+/// The distance reported as `score`: the statement's first expression holding a value, so
+/// the query vector becomes `$1`.
+fn score(query: &Nearest<'_>) -> Expr {
+    Expr::col((Alias::new("v"), Alias::new("embedding"))).binary(
+        BinOper::Custom(query.distance.operator()),
+        Expr::val(pgvector::Vector::from(query.vector.to_vec())),
+    )
+}
+
+/// Adds the threshold, if any, on the score.
+fn bound(select: &mut SelectStatement, query: &Nearest<'_>) {
+    if let Some(threshold) = query.threshold {
+        select.and_where(Expr::cust(query.distance.to_first_value()).lte(threshold));
+    }
+}
+
+/// The SELECT of the embedding of the fragment `fragment` by its key, from `table`.
+fn embedding_by_key(table: &str, fragment: (Alias, Alias)) -> SelectStatement {
+    let table = Alias::new(table);
+    let mut by_key = Query::select();
+    by_key
+        .column((table.clone(), Alias::new("embedding")))
+        .from(table.clone())
+        .and_where(Expr::col((table, Alias::new("fragment_id"))).equals(fragment))
+        .offset(0);
+    by_key
+}
+
+/// The exact path: the admitted fragments' keys ranked by distance in a subquery `t`, the
+/// first `fetch` joined back to their fragments.
+fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
+    let f = fragments();
+    let (v, t) = (Alias::new("v"), Alias::new("t"));
+    let id = || (f.clone(), Alias::new("id"));
+    let mut ranked = scoped_select(scope);
+    ranked
+        .clear_selects()
+        .column(id())
+        .expr_as(score(query), Alias::new("score"))
         // Each admitted fragment's vector, read by its key in a subquery the planner cannot
         // pull up (OFFSET 0): a nested loop of primary-key lookups. Joined as a table, the
         // planner hashed the whole vector table when a metadata index yielded a few thousand
         // fragments (a 5 % scope of 59,833: 43–60 ms, against 6–12 ms by key).
-        let mut by_key = Query::select();
-        by_key
-            .column((table.clone(), Alias::new("embedding")))
-            .from(table.clone())
-            .and_where(
-                Expr::col((table, Alias::new("fragment_id")))
-                    .equals((fragments(), Alias::new("id"))),
-            )
-            .offset(0);
-        select.join_lateral(JoinType::InnerJoin, by_key, v, Expr::cust("TRUE"));
-    } else {
-        select.join_as(
+        .join_lateral(
             JoinType::InnerJoin,
-            table,
+            embedding_by_key(query.vector_table, id()),
             v.clone(),
-            Expr::col((v, Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
-        );
-    }
-    select
-        .order_by_expr(Expr::cust(order), Order::Asc)
+            Expr::cust("TRUE"),
+        )
+        .order_by_expr(
+            Expr::cust(query.distance.to_first_value_unindexed()),
+            Order::Asc,
+        )
         .limit(query.fetch);
-    if let Some(threshold) = query.threshold {
-        select.and_where(Expr::cust(query.distance.to_first_value()).lte(threshold));
+    bound(&mut ranked, query);
+    let mut select = Query::select();
+    select
+        .columns(HIT_COLUMNS.map(|c| (f.clone(), Alias::new(c))))
+        .column((t.clone(), Alias::new("score")))
+        .from_subquery(ranked, t.clone())
+        .inner_join(
+            f.clone(),
+            Expr::col(id()).equals((t.clone(), Alias::new("id"))),
+        );
+    if query.with_embeddings {
+        select
+            .column((v.clone(), Alias::new("embedding")))
+            .join_lateral(
+                JoinType::InnerJoin,
+                embedding_by_key(query.vector_table, id()),
+                v,
+                Expr::cust("TRUE"),
+            );
     }
+    select.order_by((t, Alias::new("score")), Order::Asc);
     select
 }
 

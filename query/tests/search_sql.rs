@@ -140,6 +140,12 @@ fn mmr_candidates_carry_their_embeddings() {
         "MMR candidates: fetch_k 50, with embeddings, threshold 0.8",
         &nearest(&scope(&classifications, None), &candidates),
     );
+    candidates.exact = true;
+    snapshot(
+        "search_mmr_candidates_exact",
+        "MMR candidates on the exact path: keys ranked, then fragments and vectors joined back",
+        &nearest(&scope(&classifications, None), &candidates),
+    );
 }
 
 #[test]
