@@ -38,7 +38,10 @@ pub struct CreatePipelineBody {
     #[serde(default)]
     #[oai(default)]
     hierarchy: Vec<[String; 2]>,
-    /// JSON Schema (draft 2020-12) of document metadata.
+    /// JSON Schema (draft 2020-12) of document metadata. Extension: each declared top-level
+    /// field that is not an object is indexed for filters unless the schema says
+    /// `"x-trove-index": false` (on the property, or at the top for every property that does
+    /// not say otherwise).
     #[serde(default)]
     metadata_schema: Option<Value>,
 }
@@ -52,6 +55,7 @@ pub struct UpdatePipelineBody {
     description: MaybeUndefined<String>,
     #[serde(default)]
     default_text_splitter_id: MaybeUndefined<Uuid>,
+    /// JSON Schema of document metadata; `"x-trove-index"` as on creation.
     #[serde(default)]
     metadata_schema: MaybeUndefined<Value>,
 }
