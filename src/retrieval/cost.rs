@@ -25,9 +25,12 @@
 //!
 //! The constants were measured on a 2-core machine (pgbench, one client, 58,841 fragments of
 //! ~2 KB rows, 384-d vectors, `m` 10): a scan testing a JSON condition on every fragment
-//! 0.45 µs per fragment; fetching an admitted fragment's vector and its distance about 2 µs,
-//! reading it through a metadata index 0.5 µs more (2.56 ms for 1,000 fragments at 100,000
-//! and 22 ms for 10,000 at 1,000,000 on the search benchmark); the HNSW walk
+//! 0.45 µs per fragment; reading an admitted fragment through a metadata index 0.5 µs or less
+//! (0.33 µs for the 3,269 fragments of a 5 % scope: 1.07 ms); fetching an admitted
+//! fragment's vector by key and its distance about 1 µs (the exact statement reads the
+//! scope's vectors in key order: 4.1 ms for those 3,269 with their fragments; reading each
+//! vector by its own lookup took about 2 µs, 2.56 ms for 1,000 fragments at 100,000 and 22 ms
+//! for 10,000 at 1,000,000 on the search benchmark); the HNSW walk
 //! under a 5 % filter 4.8 ms for 20 rows (400 candidates) and 1.5 ms for 5 (100), against
 //! 1.1 ms unfiltered at `ef_search` 100–150.
 
@@ -39,7 +42,7 @@ pub const READ_SCANNED_US: f64 = 0.45;
 /// Microseconds to read an admitted fragment through an index (random heap access).
 pub const READ_INDEXED_US: f64 = 0.5;
 /// Microseconds to fetch an admitted fragment's vector and compute its distance.
-pub const DISTANCE_US: f64 = 2.0;
+pub const DISTANCE_US: f64 = 1.0;
 /// Microseconds per candidate of an HNSW walk, with its fragment read and tested.
 pub const VISIT_US: f64 = 10.0;
 /// How many times the rows fetched the candidate list is expected to hold under a restricted
