@@ -935,6 +935,13 @@ fn log_build(
             "deferred HNSW index built"
         ),
         Ok(false) => {}
+        // The service is stopping: the index stays recorded as deferred, and the next worker's
+        // sweep builds it (`deferred_index`).
+        Err(DatabaseError::PoolClosed) => tracing::info!(
+            %vector_embedding_id,
+            how,
+            "building a deferred vector index stopped with the service; the next start builds it"
+        ),
         Err(error) => {
             tracing::warn!(%error, %vector_embedding_id, how, "building a deferred vector index failed");
         }
