@@ -339,6 +339,7 @@ async fn explain_similarity(pool: &sqlx::PgPool, pid: Uuid, ve: Uuid, query: &st
         estimated_rows: 0.0,
         selectivity: None,
         path: NearestPath::Index,
+        indexed: true,
     };
     let plan = nearest_plan(&scope, &vector_query, None, 5, false).unwrap();
     let lines: Vec<(String,)> = sqlx::query_as_with(

@@ -88,6 +88,13 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
     } else {
         (NearestPath::Index, None)
     };
+    // The service's view of the association's index (dropped for a burst of ingestion or not).
+    let indexed: bool =
+        sqlx::query_scalar("SELECT deferred_index_m IS NULL FROM vector_embeddings WHERE id = $1")
+            .bind(search.vector_embedding_id)
+            .fetch_one(pool)
+            .await
+            .expect("index state");
     let query = VectorQuery {
         vector_embedding_id: search.vector_embedding_id,
         vector: &search.vector,
@@ -96,6 +103,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
         estimated_rows: vectors,
         selectivity,
         path,
+        indexed,
     };
     let plan = nearest_plan(&scope, &query, None, search.limit, search.mmr).expect("statement");
     let started = Instant::now();

@@ -324,6 +324,7 @@ pub async fn build_hnsw(
     let started = Instant::now();
     sqlx::raw_sql(AssertSqlSafe(trove::store::vectors::hnsw_index_sql(
         table,
+        u32::try_from(DIM).expect("dimension"),
         state.config.hnsw,
     )))
     .execute(&mut *db)

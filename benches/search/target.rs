@@ -175,6 +175,8 @@ impl Target {
             estimated_rows: self.estimated_rows,
             selectivity: scope.map(|scope| cost::selectivity(self.estimated_rows, scope)),
             path: cost::choose(self.estimated_rows, scope, K as u64),
+            // Searches start once the index is built.
+            indexed: true,
         }
     }
 

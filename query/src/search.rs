@@ -1,13 +1,14 @@
 //! The search statements: the SELECT of every search kind over `fragments`, built with
 //! sea-query from a scope (pipeline, classifications, metadata filter, current versions only).
-//! Every value is bound; the one identifier that varies, an association's vector table, is
-//! passed in by the store, which renders it from a UUID.
+//! Every value is bound; what varies in the text, an association's vector table and its
+//! dimension, is passed in by the store, which renders them from a UUID and an integer.
 //!
 //! A nearest-neighbour statement binds the query vector once, as its first value (`$1`): the
 //! score in the SELECT list is the first expression holding a value, and the ordering and the
-//! threshold refer to `$1` again. The HNSW index serves `ORDER BY embedding <=> $1` only when
-//! the ordering is that operator applied to a parameter, so the exact path orders by the same
-//! distance plus zero, which the index cannot serve.
+//! threshold refer to `$1` again. The score is always the exact distance. The HNSW index
+//! holds the vectors normalised in half precision and serves `ORDER BY <its key> <=> <$1 made
+//! the same way>` ([`half_precision_cosine`]); the exact path orders by the exact distance
+//! plus zero, which no index serves.
 
 use sea_query::{
     Alias, BinOper, Cond, Condition, Expr, ExprTrait, JoinType, Order, Query, SelectStatement,
@@ -125,6 +126,12 @@ pub struct Nearest<'a> {
     /// The distance the rows are ordered by (cosine for unit vectors, whose cosine order is
     /// every distance's order, so the HNSW index serves it).
     pub order: Distance,
+    /// The dimension of the association's HNSW index, when the walk is to use it: a cosine
+    /// order is then taken on the vectors as the index holds them, normalised to unit length
+    /// in half precision ([`half_precision_cosine`]), and the fetched rows are sorted by their
+    /// exact score afterwards. `None` (the index is being built again) orders by the exact
+    /// distance, which no index serves.
+    pub index_dimensions: Option<u32>,
     /// Order by an expression the index cannot serve (an exact scan of the scope).
     pub exact: bool,
     /// Largest `score` returned.
@@ -162,10 +169,38 @@ pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
             v.clone(),
             Expr::col((v, Alias::new("fragment_id"))).equals((fragments(), Alias::new("id"))),
         )
-        .order_by_expr(Expr::cust(query.order.to_first_value()), Order::Asc)
+        .order_by_expr(walk_order(query), Order::Asc)
         .limit(query.fetch);
     bound(&mut select, query);
     select
+}
+
+/// The cosine distance between `v.embedding` and the vector bound as `$1` as the association's
+/// HNSW index computes it: both normalised to unit length and stored in half precision
+/// (`halfvec`, two bytes a dimension; normalising first keeps every value within its range).
+/// The index's expression is the same text ([`half_precision_cosine_key`]), which is what lets
+/// the planner walk it for this ordering.
+pub fn half_precision_cosine(dimensions: u32) -> String {
+    format!(
+        "{} <=> (l2_normalize($1)::halfvec({dimensions}))",
+        half_precision_cosine_key(r#""v"."embedding""#, dimensions)
+    )
+}
+
+/// The key of an association's HNSW index on the vector column `column`.
+pub fn half_precision_cosine_key(column: &str, dimensions: u32) -> String {
+    format!("(l2_normalize({column})::halfvec({dimensions}))")
+}
+
+/// The ordering of a walk: the index's own distance when it serves the order, else the
+/// exact one.
+fn walk_order(query: &Nearest<'_>) -> Expr {
+    match query.index_dimensions {
+        Some(dimensions) if query.order == Distance::Cosine => {
+            Expr::cust(half_precision_cosine(dimensions))
+        }
+        _ => Expr::cust(query.order.to_first_value()),
+    }
 }
 
 /// The distance reported as `score`: the statement's first expression holding a value, so

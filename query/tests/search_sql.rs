@@ -1,7 +1,8 @@
 //! Snapshots of the search statements (PostgreSQL text and bound values), stored in the
 //! workspace's top-level `snapshots/` folder as `search_*.snap`: similarity through the HNSW
-//! index, the exact path, MMR candidates and full text, with and without a metadata filter, a
-//! taxonomy expansion, and the classifications each classification form resolves to.
+//! index (and while it is built again), the exact path, MMR candidates and full text, with and
+//! without a metadata filter, a taxonomy expansion, and the classifications each
+//! classification form resolves to.
 
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -53,6 +54,7 @@ fn similarity(distance: Distance, order: Distance, exact: bool) -> Nearest<'stat
         vector: &[0.6, 0.8],
         distance,
         order,
+        index_dimensions: Some(2),
         exact,
         threshold: None,
         fetch: 20,
@@ -83,6 +85,13 @@ fn similarity_statements() {
             &plain,
             &similarity(Distance::Euclidean, Distance::Cosine, false),
         ),
+    );
+    let mut rebuilding = similarity(Distance::Cosine, Distance::Cosine, false);
+    rebuilding.index_dimensions = None;
+    snapshot(
+        "search_similarity_index_rebuilding",
+        "cosine while the HNSW index is being built again: ordered by the exact distance",
+        &nearest(&plain, &rebuilding),
     );
     let mut bounded = similarity(
         Distance::NegativeInnerProduct,

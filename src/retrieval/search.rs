@@ -83,6 +83,10 @@ pub struct VectorQuery<'a> {
     pub selectivity: Option<f64>,
     /// How the statement finds its rows (see [`super::cost::choose`]).
     pub path: NearestPath,
+    /// The association's HNSW index exists (it is not dropped for a burst of ingestion): a
+    /// walk orders by the distance the index computes. Without it the walk's statement orders
+    /// by the exact distance, which sorts the scope as cheaply as a scan can.
+    pub indexed: bool,
 }
 
 /// How a nearest-neighbour statement finds its rows.
@@ -261,6 +265,10 @@ pub fn nearest_plan(
             vector: query.vector,
             distance,
             order,
+            index_dimensions: query
+                .indexed
+                .then(|| u32::try_from(query.vector.len()).ok())
+                .flatten(),
             exact,
             threshold,
             fetch,
@@ -452,6 +460,7 @@ mod tests {
             estimated_rows: 0.0,
             selectivity: None,
             path: NearestPath::Index,
+            indexed: true,
         };
         nearest_plan(&scope, &query, Some(0.5), 5, false).map(|plan| (plan.sql, plan.arguments))
     }
@@ -469,7 +478,10 @@ mod tests {
         ] {
             let sql = statement(strategy, true);
             let (_, order) = sql.split_once("ORDER BY").expect("ordered");
-            assert!(order.contains("\"embedding\" <=> $"), "{sql}");
+            assert!(
+                order.contains("::halfvec(2)) <=> (l2_normalize($1)::halfvec(2))"),
+                "the index's distance: {sql}"
+            );
             let (select, _) = sql.split_once(" FROM ").expect("select");
             assert!(
                 select.contains(&format!("\"embedding\" {operator} $")),
@@ -532,6 +544,7 @@ mod tests {
                 estimated_rows: rows,
                 selectivity,
                 path: NearestPath::Index,
+                indexed: true,
             };
             let plan = nearest_plan(&scope, &query, None, limit, false).expect("plan");
             (plan.fetch, plan.ef_search, plan.walk_only)
@@ -570,6 +583,7 @@ mod tests {
                 estimated_rows: 1_000_000.0,
                 selectivity: Some(0.001),
                 path: NearestPath::Exact,
+                indexed: true,
             };
             let plan = nearest_plan(&scope, &query, None, 5, false).expect("plan");
             let (_, order) = plan.sql.split_once("ORDER BY").expect("ordered");

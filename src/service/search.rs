@@ -533,6 +533,7 @@ impl Search<'_> {
             estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
             selectivity: self.parts.selectivity,
             path: self.parts.path,
+            indexed: !self.context.ve_index_deferred.unwrap_or(false),
         };
         let scope = self.scope();
         let p = &self.params;

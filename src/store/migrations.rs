@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "declared_field_indexes",
         sql: include_str!("../../migrations/0012_declared_field_indexes.sql"),
     },
+    Migration {
+        version: 13,
+        name: "half_precision_vector_index",
+        sql: include_str!("../../migrations/0013_half_precision_vector_index.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

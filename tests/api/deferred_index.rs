@@ -406,3 +406,55 @@ async fn the_build_at_the_end_of_a_burst_analyses_the_fragments() {
     assert!(index(&app, &table).await.0.is_some(), "index built");
     assert_eq!(analysed_rows().await, 700.0);
 }
+
+/// Migration 13 replaces an association's index on the vectors as stored with the half
+/// precision one: it drops the old index and records its build parameters, searches are exact
+/// until the sweep builds the new index, and exact again through it.
+#[tokio::test]
+async fn migration_13_rebuilds_the_index_in_half_precision_through_the_sweep() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 30).await;
+    app.step().await;
+    let definition = |app: &TestApp| {
+        let pool = app.pool.clone();
+        let name = format!("{table}_hnsw");
+        async move {
+            sqlx::query_scalar::<_, Option<String>>("SELECT pg_get_indexdef(to_regclass($1))")
+                .bind(name)
+                .fetch_one(&pool)
+                .await
+                .expect("index definition")
+        }
+    };
+    let built = definition(&app).await.expect("index");
+    assert!(built.contains("halfvec(64)"), "{built}");
+
+    // As a database before migration 13: the index on the vectors as stored.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP INDEX {table}_hnsw;
+         CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)
+             WITH (m = 12, ef_construction = 40);
+         DELETE FROM _trove_migrations WHERE version = 13;"
+    )))
+    .execute(&app.pool)
+    .await
+    .expect("index before migration 13");
+    assert_eq!(
+        trove::store::migrations::migrate(&app.pool).await.unwrap(),
+        1
+    );
+    assert_eq!(index(&app, &table).await, (None, Some(12), Some(40)));
+    assert_searches_exact(&app, &pid, &table).await;
+
+    app.worker().await.build_idle_deferred_indexes().await;
+    assert_eq!(index(&app, &table).await.1, None, "built by the sweep");
+    assert_eq!(
+        definition(&app).await.expect("index"),
+        built.replace(
+            "m='10', ef_construction='64'",
+            "m='12', ef_construction='40'"
+        )
+    );
+    assert_searches_exact(&app, &pid, &table).await;
+}

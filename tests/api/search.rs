@@ -733,6 +733,7 @@ async fn selective_scopes_are_searched_exactly() {
             estimated_rows: 6.0,
             selectivity: None,
             path,
+            indexed: true,
         };
         let plan = search::nearest_plan(&scope, &query, None, 3, false).unwrap();
         let (explained,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
