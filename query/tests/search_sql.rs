@@ -8,22 +8,25 @@
 
 mod filter_common;
 
-use sea_query::{Condition, PostgresQueryBuilder, SelectStatement};
+use sea_query::{Condition, PostgresQueryBuilder, SelectStatement, Values};
 use trove_query::classification::{ClassificationRequest, SearchType, resolve};
 use trove_query::filter::{self, TeqExpansions};
-use trove_query::search::{Distance, Nearest, Scope, full_text, nearest, scope_rows};
+use trove_query::search::{Distance, Fetch, Nearest, Scope, full_text, nearest, scope_rows};
 use uuid::Uuid;
 
 const PIPELINE: Uuid = Uuid::from_u128(0x0190_a0f1_7f5e_7c3a_9d5b_3a1f_2e4d_5c6b);
 const TABLE: &str = "vectors_0190a0f17f5e7c3a9d5b3a1f2e4d5c6c";
 const TAXONOMY: &str = "0190a0f1-7f5e-7c3a-9d5b-3a1f2e4d5c6d";
 
-fn render(statement: &SelectStatement) -> String {
-    let (sql, values) = statement.build(PostgresQueryBuilder);
+fn render((sql, values): &(String, Values)) -> String {
     format!("{sql}\n\n{:#?}", values.0)
 }
 
 fn snapshot(name: &str, description: &str, statement: &SelectStatement) {
+    snapshot_built(name, description, &statement.build(PostgresQueryBuilder));
+}
+
+fn snapshot_built(name: &str, description: &str, statement: &(String, Values)) {
     insta::with_settings!({
         snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../snapshots"),
         prepend_module_to_snapshot => false,
@@ -57,7 +60,7 @@ fn similarity(distance: Distance, order: Distance, exact: bool) -> Nearest<'stat
         index_dimensions: Some(2),
         exact,
         threshold: None,
-        fetch: 20,
+        fetch: Fetch::Constant(20),
         with_embeddings: false,
     }
 }
@@ -70,7 +73,7 @@ fn public() -> Vec<String> {
 fn similarity_statements() {
     let classifications = public();
     let plain = scope(&classifications, None);
-    snapshot(
+    snapshot_built(
         "search_similarity_index",
         "cosine, HNSW walk, k 5 (fetch 20)",
         &nearest(
@@ -78,7 +81,7 @@ fn similarity_statements() {
             &similarity(Distance::Cosine, Distance::Cosine, false),
         ),
     );
-    snapshot(
+    snapshot_built(
         "search_similarity_unit_vectors_euclidean",
         "euclidean score on unit vectors: ordered by the indexed cosine distance",
         &nearest(
@@ -88,7 +91,7 @@ fn similarity_statements() {
     );
     let mut rebuilding = similarity(Distance::Cosine, Distance::Cosine, false);
     rebuilding.index_dimensions = None;
-    snapshot(
+    snapshot_built(
         "search_similarity_index_rebuilding",
         "cosine while the HNSW index is being built again: ordered by the exact distance",
         &nearest(&plain, &rebuilding),
@@ -99,12 +102,12 @@ fn similarity_statements() {
         false,
     );
     bounded.threshold = Some(-0.5);
-    snapshot(
+    snapshot_built(
         "search_similarity_threshold",
         "negative inner product on other vectors, threshold -0.5",
         &nearest(&plain, &bounded),
     );
-    snapshot(
+    snapshot_built(
         "search_similarity_exact",
         "cosine, exact path (an ordering the index cannot serve)",
         &nearest(
@@ -119,21 +122,19 @@ fn similarity_statements() {
             &TeqExpansions::new(),
         )),
     );
-    snapshot(
+    // A restricted scope fetches k rows, a count of the request: bound.
+    let mut k5 = similarity(Distance::Cosine, Distance::Cosine, false);
+    k5.fetch = Fetch::Bound(5);
+    snapshot_built(
         "search_similarity_filter",
-        r#"cosine, HNSW walk, filter {"year": {"$ge": 2020}}"#,
-        &nearest(
-            &filtered,
-            &similarity(Distance::Cosine, Distance::Cosine, false),
-        ),
+        r#"cosine, HNSW walk, k 5, filter {"year": {"$ge": 2020}}"#,
+        &nearest(&filtered, &k5),
     );
-    snapshot(
+    k5.exact = true;
+    snapshot_built(
         "search_similarity_filter_exact",
-        r#"cosine, exact path, filter {"year": {"$ge": 2020}}"#,
-        &nearest(
-            &filtered,
-            &similarity(Distance::Cosine, Distance::Cosine, true),
-        ),
+        r#"cosine, exact path, k 5, filter {"year": {"$ge": 2020}}"#,
+        &nearest(&filtered, &k5),
     );
 }
 
@@ -141,16 +142,16 @@ fn similarity_statements() {
 fn mmr_candidates_carry_their_embeddings() {
     let classifications = public();
     let mut candidates = similarity(Distance::Cosine, Distance::Cosine, false);
-    candidates.fetch = 50;
+    candidates.fetch = Fetch::Bound(50);
     candidates.with_embeddings = true;
     candidates.threshold = Some(0.8);
-    snapshot(
+    snapshot_built(
         "search_mmr_candidates",
         "MMR candidates: fetch_k 50, with embeddings, threshold 0.8",
         &nearest(&scope(&classifications, None), &candidates),
     );
     candidates.exact = true;
-    snapshot(
+    snapshot_built(
         "search_mmr_candidates_exact",
         "MMR candidates on the exact path: keys ranked, then fragments and vectors joined back",
         &nearest(&scope(&classifications, None), &candidates),
@@ -218,7 +219,7 @@ fn classification_forms_reach_the_statement_as_names() {
         ),
     ] {
         let names = resolve(&request, &declared, &hierarchy).expect("resolves");
-        snapshot(
+        snapshot_built(
             name,
             &format!("{request:?}"),
             &nearest(
@@ -251,8 +252,7 @@ fn the_vector_is_the_first_value_and_bound_once() {
     let filter = condition(r#"{"year": {"$ge": 2020}}"#, &TeqExpansions::new());
     let mut query = similarity(Distance::Euclidean, Distance::Cosine, false);
     query.threshold = Some(1.0);
-    let (sql, values) =
-        nearest(&scope(&classifications, Some(filter)), &query).build(PostgresQueryBuilder);
+    let (sql, values) = nearest(&scope(&classifications, Some(filter)), &query);
     assert!(
         matches!(values.0.first(), Some(sea_query::Value::Vector(Some(_)))),
         "{values:?}"

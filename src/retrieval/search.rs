@@ -5,7 +5,7 @@
 //! is the association's vector table, rendered from a UUID.
 
 use sea_query::PostgresQueryBuilder;
-use sea_query_sqlx::SqlxBinder;
+use sea_query_sqlx::{SqlxBinder, SqlxValues};
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
 use sqlx::{AssertSqlSafe, Connection, IntoArguments, PgConnection, PgPool};
@@ -63,7 +63,7 @@ use super::cost::{MAX_EF_SEARCH, MIN_FETCH, Reach, ScopeEstimate, Walk};
 use crate::store::SESSION_EF_SEARCH;
 
 pub use trove_query::search::Scope;
-use trove_query::search::{Distance, Nearest};
+use trove_query::search::{Distance, Fetch, Nearest};
 
 /// The vector side of a search: which association's vectors, the query's vector, how
 /// distance is measured, and what the search knows of the stored vectors.
@@ -252,13 +252,20 @@ pub fn nearest_plan(
     let exact = query.path == NearestPath::Exact;
     let walk = (!exact).then(|| index_walk(query, limit));
     let fetch = walk.map_or(limit, |w| w.fetch);
+    // An unrestricted walk reading the code's own minimum writes it into the statement, whose
+    // generic plan Postgres then reuses instead of planning each search again.
+    let limit_rows = if walk.is_some() && query.selectivity.is_none() && fetch == MIN_FETCH {
+        Fetch::Constant(MIN_FETCH)
+    } else {
+        Fetch::Bound(fetch)
+    };
     let order = if query.unit_vectors {
         Distance::Cosine
     } else {
         distance
     };
     let table = crate::store::vectors::table_name(query.vector_embedding_id);
-    let statement = trove_query::search::nearest(
+    let (sql, values) = trove_query::search::nearest(
         scope,
         &Nearest {
             vector_table: &table,
@@ -271,14 +278,13 @@ pub fn nearest_plan(
                 .flatten(),
             exact,
             threshold,
-            fetch,
+            fetch: limit_rows,
             with_embeddings,
         },
     );
-    let (sql, values) = statement.build_sqlx(PostgresQueryBuilder);
     Ok(NearestPlan {
         sql,
-        arguments: values.into_arguments(),
+        arguments: SqlxValues(values).into_arguments(),
         ef_search: walk
             .map(|w| w.ef_search)
             .filter(|&ef| ef != SESSION_EF_SEARCH),
@@ -504,8 +510,9 @@ mod tests {
         ] {
             let (sql, arguments) = statement_of(strategy, unit_vectors).expect("statement");
             assert!(!sql.contains("::vector"), "no text cast: {sql}");
-            // The vector, pipeline, classification, threshold and limit: $1 everywhere.
-            assert_eq!(arguments.len(), 5, "{sql}");
+            // The vector, pipeline, classification and threshold (the limit is the code's
+            // constant): $1 everywhere.
+            assert_eq!(arguments.len(), 4, "{sql}");
             let uses = sql.matches("$1)").count() + sql.matches("$1 ").count();
             assert_eq!(uses, 3, "score, threshold and order: {sql}");
         }
@@ -560,6 +567,44 @@ mod tests {
             plan(5, 58_841.0, Some(0.0001)),
             (MIN_FETCH, Some(MAX_EF_SEARCH), true)
         );
+    }
+
+    #[test]
+    fn only_the_unrestricted_walks_constant_fetch_is_written_into_the_statement() {
+        let classifications = ["public".to_owned()];
+        let scope = Scope {
+            pipeline_id: Uuid::nil(),
+            classifications: &classifications,
+            filter: None,
+        };
+        let limit_of = |limit: u64, selectivity: Option<f64>, path: NearestPath| {
+            let query = VectorQuery {
+                vector_embedding_id: Uuid::nil(),
+                vector: &[0.6, 0.8],
+                strategy: DistanceStrategy::Cosine,
+                unit_vectors: true,
+                estimated_rows: 58_841.0,
+                selectivity,
+                path,
+                indexed: true,
+            };
+            let plan = nearest_plan(&scope, &query, None, limit, false).expect("plan");
+            let limit = plan.sql.rsplit_once(" LIMIT ").expect("a limit").1;
+            (limit.to_owned(), sqlx::Arguments::len(&plan.arguments))
+        };
+        // k 5 reads the code's 20: written, and one value fewer bound.
+        let (written, bound) = limit_of(5, None, NearestPath::Index);
+        assert_eq!(written, MIN_FETCH.to_string());
+        // k 30 is the request's: bound.
+        let (limit, with_k) = limit_of(30, None, NearestPath::Index);
+        assert_eq!((limit.as_str(), with_k), ("$4", bound + 1));
+        // A restricted walk's k and the exact path's are bound too.
+        assert!(
+            limit_of(20, Some(0.5), NearestPath::Index)
+                .0
+                .starts_with('$')
+        );
+        assert!(limit_of(20, None, NearestPath::Exact).0.starts_with('$'));
     }
 
     #[test]
