@@ -534,26 +534,36 @@ mod tests {
         }
     }
 
-    #[test]
-    fn walks_set_the_candidate_list_and_restricted_walks_disable_sorts() {
+    /// The plan of a cosine search of `limit` rows over an association of `rows` vectors.
+    fn cosine_plan(
+        limit: u64,
+        rows: f64,
+        selectivity: Option<f64>,
+        path: NearestPath,
+    ) -> NearestPlan {
         let classifications = ["public".to_owned()];
         let scope = Scope {
             pipeline_id: Uuid::nil(),
             classifications: &classifications,
             filter: None,
         };
+        let query = VectorQuery {
+            vector_embedding_id: Uuid::nil(),
+            vector: &[0.6, 0.8],
+            strategy: DistanceStrategy::Cosine,
+            unit_vectors: true,
+            estimated_rows: rows,
+            selectivity,
+            path,
+            indexed: true,
+        };
+        nearest_plan(&scope, &query, None, limit, false).expect("plan")
+    }
+
+    #[test]
+    fn walks_set_the_candidate_list_and_restricted_walks_disable_sorts() {
         let plan = |limit: u64, rows: f64, selectivity: Option<f64>| {
-            let query = VectorQuery {
-                vector_embedding_id: Uuid::nil(),
-                vector: &[0.6, 0.8],
-                strategy: DistanceStrategy::Cosine,
-                unit_vectors: true,
-                estimated_rows: rows,
-                selectivity,
-                path: NearestPath::Index,
-                indexed: true,
-            };
-            let plan = nearest_plan(&scope, &query, None, limit, false).expect("plan");
+            let plan = cosine_plan(limit, rows, selectivity, NearestPath::Index);
             (plan.fetch, plan.ef_search, plan.walk_only)
         };
         assert_eq!(plan(5, 1000.0, None), (MIN_FETCH, None, false));
@@ -571,24 +581,8 @@ mod tests {
 
     #[test]
     fn only_the_unrestricted_walks_constant_fetch_is_written_into_the_statement() {
-        let classifications = ["public".to_owned()];
-        let scope = Scope {
-            pipeline_id: Uuid::nil(),
-            classifications: &classifications,
-            filter: None,
-        };
         let limit_of = |limit: u64, selectivity: Option<f64>, path: NearestPath| {
-            let query = VectorQuery {
-                vector_embedding_id: Uuid::nil(),
-                vector: &[0.6, 0.8],
-                strategy: DistanceStrategy::Cosine,
-                unit_vectors: true,
-                estimated_rows: 58_841.0,
-                selectivity,
-                path,
-                indexed: true,
-            };
-            let plan = nearest_plan(&scope, &query, None, limit, false).expect("plan");
+            let plan = cosine_plan(limit, 58_841.0, selectivity, path);
             let limit = plan.sql.rsplit_once(" LIMIT ").expect("a limit").1;
             (limit.to_owned(), sqlx::Arguments::len(&plan.arguments))
         };
