@@ -60,7 +60,7 @@ fn similarity(distance: Distance, order: Distance, exact: bool) -> Nearest<'stat
         index_dimensions: Some(2),
         exact,
         threshold: None,
-        fetch: Fetch::Constant(20),
+        fetch: Fetch::Constant(5),
         with_embeddings: false,
     }
 }
@@ -75,7 +75,7 @@ fn similarity_statements() {
     let plain = scope(&classifications, None);
     snapshot_built(
         "search_similarity_index",
-        "cosine, HNSW walk, k 5 (fetch 20)",
+        "cosine, HNSW walk, k 5",
         &nearest(
             &plain,
             &similarity(Distance::Cosine, Distance::Cosine, false),

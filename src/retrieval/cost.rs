@@ -58,10 +58,14 @@ pub const MIN_LIST_MARGIN: f64 = 8.0;
 /// of 1,000 gave 0.91–0.92), so they are searched exactly.
 pub const MIN_WALK_SHARE: f64 = 0.04;
 
-/// Rows an unrestricted statement fetches at least. With `relaxed_order`, rows found after the
-/// first candidate list may come out of order, so an unrestricted walk reads more than `k`
-/// (the first list holds them: it costs nothing measurable) and the rows are sorted and cut.
-pub const MIN_FETCH: u64 = 20;
+/// The rows an unrestricted walk fetches for `k` up to 20: the first of these at least `k`
+/// (larger `k` are fetched as asked). Its first candidate list holds them in the order of the
+/// index's distance; the statement writes the count as its LIMIT, a constant of the code, and
+/// the rows are sorted by the exact distance and cut to `k`. Re-ranking a longer prefix by the
+/// exact distance changed no result (recall@5 the same at 5, 10 and 20 rows on 59,833
+/// fragments) while each extra row cost a join and its transfer (LIMIT 20 against 5: 8
+/// clients 939–970 against 1,023–1,087 statements/s).
+pub const CONSTANT_FETCHES: [u64; 3] = [5, 10, 20];
 
 /// Vector count up to which [`SESSION_EF_SEARCH`] is enough.
 const EF_SEARCH_BASE_ROWS: f64 = 100_000.0;
@@ -123,7 +127,10 @@ pub fn walk(vectors: f64, selectivity: Option<f64>, limit: u64) -> Option<Walk> 
     let base = base_ef_search(vectors);
     match selectivity {
         None => {
-            let fetch = Ord::max(limit, MIN_FETCH);
+            let fetch = CONSTANT_FETCHES
+                .into_iter()
+                .find(|&rows| rows >= limit)
+                .unwrap_or(limit);
             Some(Walk {
                 ef_search: clamp_ef(base.max(fetch as f64)),
                 fetch,
@@ -257,13 +264,14 @@ mod tests {
 
     #[test]
     fn the_walk_sizes_its_list_to_the_scope() {
-        // Unrestricted: at least MIN_FETCH rows, the list of the association's size.
+        // Unrestricted: k rows or the next of CONSTANT_FETCHES, the list of the association's
+        // size.
         let unrestricted = |vectors: f64, limit: u64| walk(vectors, None, limit);
         assert_eq!(
             unrestricted(100_000.0, 5),
             Some(Walk {
                 ef_search: SESSION_EF_SEARCH,
-                fetch: MIN_FETCH
+                fetch: 5
             })
         );
         assert_eq!(unrestricted(1_000_000.0, 5).map(|w| w.ef_search), Some(597));

@@ -59,7 +59,7 @@ pub struct Hit {
     pub score: f64,
 }
 
-use super::cost::{MAX_EF_SEARCH, MIN_FETCH, Reach, ScopeEstimate, Walk};
+use super::cost::{CONSTANT_FETCHES, MAX_EF_SEARCH, Reach, ScopeEstimate, Walk};
 use crate::store::SESSION_EF_SEARCH;
 
 pub use trove_query::search::Scope;
@@ -231,7 +231,7 @@ pub struct NearestPlan {
 fn index_walk(query: &VectorQuery<'_>, limit: u64) -> Walk {
     super::cost::walk(query.estimated_rows, query.selectivity, limit).unwrap_or(Walk {
         ef_search: MAX_EF_SEARCH,
-        fetch: Ord::max(limit, MIN_FETCH),
+        fetch: limit,
     })
 }
 
@@ -252,13 +252,14 @@ pub fn nearest_plan(
     let exact = query.path == NearestPath::Exact;
     let walk = (!exact).then(|| index_walk(query, limit));
     let fetch = walk.map_or(limit, |w| w.fetch);
-    // An unrestricted walk reading the code's own minimum writes it into the statement, whose
-    // generic plan Postgres then reuses instead of planning each search again.
-    let limit_rows = if walk.is_some() && query.selectivity.is_none() && fetch == MIN_FETCH {
-        Fetch::Constant(MIN_FETCH)
-    } else {
-        Fetch::Bound(fetch)
-    };
+    // An unrestricted walk fetching one of the code's constants writes it into the statement,
+    // whose generic plan Postgres then reuses instead of planning each search again.
+    let limit_rows =
+        if walk.is_some() && query.selectivity.is_none() && CONSTANT_FETCHES.contains(&fetch) {
+            Fetch::Constant(fetch)
+        } else {
+            Fetch::Bound(fetch)
+        };
     let order = if query.unit_vectors {
         Distance::Cosine
     } else {
@@ -566,16 +567,16 @@ mod tests {
             let plan = cosine_plan(limit, rows, selectivity, NearestPath::Index);
             (plan.fetch, plan.ef_search, plan.walk_only)
         };
-        assert_eq!(plan(5, 1000.0, None), (MIN_FETCH, None, false));
+        assert_eq!(plan(5, 1000.0, None), (5, None, false));
         assert_eq!(plan(200, 1000.0, None), (200, Some(200), false));
-        assert_eq!(plan(5, 1_000_000.0, None), (MIN_FETCH, Some(597), false));
+        assert_eq!(plan(5, 1_000_000.0, None), (5, Some(597), false));
         // A restricted scope fetches k rows with a list sized to its selectivity.
         assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, None, false));
         assert_eq!(plan(5, 1_000_000.0, Some(0.5)), (5, Some(597), true));
         // Forced onto the index although too rare for it: the longest list.
         assert_eq!(
             plan(5, 58_841.0, Some(0.0001)),
-            (MIN_FETCH, Some(MAX_EF_SEARCH), true)
+            (5, Some(MAX_EF_SEARCH), true)
         );
     }
 
@@ -586,11 +587,18 @@ mod tests {
             let limit = plan.sql.rsplit_once(" LIMIT ").expect("a limit").1;
             (limit.to_owned(), sqlx::Arguments::len(&plan.arguments))
         };
-        // k 5 reads the code's 20: written, and one value fewer bound.
+        // k up to 20 reads the next of the code's constants: written, and one value fewer
+        // bound.
         let (written, bound) = limit_of(5, None, NearestPath::Index);
-        assert_eq!(written, MIN_FETCH.to_string());
-        // k 30 is the request's: bound.
-        let (limit, with_k) = limit_of(30, None, NearestPath::Index);
+        assert_eq!(written, "5");
+        for (k, constant) in [(1, "5"), (6, "10"), (11, "20"), (20, "20")] {
+            assert_eq!(
+                limit_of(k, None, NearestPath::Index),
+                (constant.to_owned(), bound)
+            );
+        }
+        // k 21 is the request's: bound.
+        let (limit, with_k) = limit_of(21, None, NearestPath::Index);
         assert_eq!((limit.as_str(), with_k), ("$4", bound + 1));
         // A restricted walk's k and the exact path's are bound too.
         assert!(
