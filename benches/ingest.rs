@@ -340,6 +340,7 @@ async fn explain_similarity(pool: &sqlx::PgPool, pid: Uuid, ve: Uuid, query: &st
         selectivity: None,
         path: NearestPath::Index,
         indexed: true,
+        gate: None,
     };
     let plan = nearest_plan(&scope, &vector_query, None, 5, false).unwrap();
     let lines: Vec<(String,)> = sqlx::query_as_with(

@@ -24,6 +24,10 @@ pub struct ApiMetrics {
     /// Key checks that could not read the database (answered 401 as the interface says):
     /// `trove_key_check_unavailable_total`, Trove's own name beside the interface's metrics.
     pub key_check_unavailable: Counter,
+    /// Searches answered on the key check and search context remembered from an earlier
+    /// search, confirmed current inside their statement (`service::search_memory`):
+    /// `trove_searches_remembered_total`.
+    pub searches_remembered: Counter,
 }
 
 impl ApiMetrics {
@@ -61,6 +65,10 @@ impl ApiMetrics {
             "trove_key_check_unavailable_total",
             "key checks answered 401 because the database could not be read",
         );
+        let searches_remembered = Counter::new(
+            "trove_searches_remembered_total",
+            "searches answered on a remembered key check and context, confirmed by their statement",
+        );
         // Constructors only fail on invalid names, and these names are valid literals.
         let (
             Ok(requests_total),
@@ -68,12 +76,14 @@ impl ApiMetrics {
             Ok(requests_pending),
             Ok(document_queue_added),
             Ok(key_check_unavailable),
+            Ok(searches_remembered),
         ) = (
             requests_total,
             requests_duration,
             requests_pending,
             document_queue_added,
             key_check_unavailable,
+            searches_remembered,
         )
         else {
             unreachable!("metric names are valid literals")
@@ -84,6 +94,7 @@ impl ApiMetrics {
             Box::new(requests_pending.clone()),
             Box::new(document_queue_added.clone()),
             Box::new(key_check_unavailable.clone()),
+            Box::new(searches_remembered.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::error!(%error, "metric registration failed");
@@ -96,6 +107,7 @@ impl ApiMetrics {
             requests_pending,
             document_queue_added,
             key_check_unavailable,
+            searches_remembered,
         }
     }
 

@@ -13,6 +13,7 @@ use crate::providers::llm::LlmClient;
 use crate::providers::sidecar_client::SidecarClient;
 use crate::providers::splitting::TextSplitting;
 use crate::retrieval::estimates::ScopeEstimates;
+use crate::service::search_memory::SearchMemory;
 use crate::store::Pool;
 
 /// State shared by every request.
@@ -32,6 +33,8 @@ pub struct AppState {
     pub splitting: TextSplitting,
     /// The planner's estimates of search scopes, reused for a minute.
     pub scope_estimates: Arc<ScopeEstimates>,
+    /// Searches' key checks and contexts, remembered per key and pipeline.
+    pub search_memory: SearchMemory,
     /// The client of model servers (one connection pool, the LLM timeouts).
     pub llm: LlmClient,
 }
@@ -62,6 +65,7 @@ impl AppState {
             embedders,
             splitting,
             scope_estimates: Arc::default(),
+            search_memory: SearchMemory::default(),
             llm,
         })
     }

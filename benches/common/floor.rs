@@ -104,6 +104,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
         selectivity,
         path,
         indexed,
+        gate: None,
     };
     let plan = nearest_plan(&scope, &query, None, search.limit, search.mmr).expect("statement");
     let started = Instant::now();

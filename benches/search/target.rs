@@ -177,6 +177,7 @@ impl Target {
             path: cost::choose(self.estimated_rows, scope, K as u64),
             // Searches start once the index is built.
             indexed: true,
+            gate: None,
         }
     }
 

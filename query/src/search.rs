@@ -142,6 +142,9 @@ pub struct Nearest<'a> {
     pub fetch: Fetch,
     /// Also select `embedding` (MMR).
     pub with_embeddings: bool,
+    /// A condition on no row (the caller's checks still current): the statement returns no
+    /// rows when it does not hold. Postgres tests it once, before reading any.
+    pub gate: Option<Expr>,
 }
 
 /// The rows a nearest-neighbour statement returns at most (its LIMIT).
@@ -196,6 +199,9 @@ pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> (String, Values) {
         )
         .order_by_expr(walk_order(query), Order::Asc);
     bound(&mut select, query);
+    if let Some(gate) = &query.gate {
+        select.and_where(gate.clone());
+    }
     match query.fetch {
         Fetch::Bound(rows) => select.limit(rows).build(PostgresQueryBuilder),
         Fetch::Constant(rows) => {
@@ -294,6 +300,9 @@ fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
             v.clone(),
             Expr::col((v, Alias::new("fragment_id"))).equals((t.clone(), Alias::new("id"))),
         );
+    }
+    if let Some(gate) = &query.gate {
+        select.and_where(gate.clone());
     }
     select.order_by((t, Alias::new("score")), Order::Asc);
     select

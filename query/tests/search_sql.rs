@@ -8,7 +8,7 @@
 
 mod filter_common;
 
-use sea_query::{Condition, PostgresQueryBuilder, SelectStatement, Values};
+use sea_query::{Condition, Expr, PostgresQueryBuilder, SelectStatement, Values};
 use trove_query::classification::{ClassificationRequest, SearchType, resolve};
 use trove_query::filter::{self, TeqExpansions};
 use trove_query::search::{Distance, Fetch, Nearest, Scope, full_text, nearest, scope_rows};
@@ -62,6 +62,7 @@ fn similarity(distance: Distance, order: Distance, exact: bool) -> Nearest<'stat
         threshold: None,
         fetch: Fetch::Constant(5),
         with_embeddings: false,
+        gate: None,
     }
 }
 
@@ -88,6 +89,16 @@ fn similarity_statements() {
             &plain,
             &similarity(Distance::Euclidean, Distance::Cosine, false),
         ),
+    );
+    let mut gated = similarity(Distance::Cosine, Distance::Cosine, false);
+    gated.gate = Some(Expr::cust_with_values(
+        "(SELECT n FROM search_epoch) = $1",
+        [7_i64],
+    ));
+    snapshot_built(
+        "search_similarity_index_gated",
+        "cosine, HNSW walk, k 5, only while the search epoch is 7",
+        &nearest(&plain, &gated),
     );
     let mut rebuilding = similarity(Distance::Cosine, Distance::Cosine, false);
     rebuilding.index_dimensions = None;

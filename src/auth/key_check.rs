@@ -48,6 +48,20 @@ pub struct Credentials<'a> {
     secret: &'a str,
 }
 
+impl Credentials<'_> {
+    /// Whether these credentials open a key with this secret hash, activity and expiration
+    /// now. The secret is verified first, so every refusal costs the same.
+    pub fn open(
+        &self,
+        secret_hash: &[u8],
+        active: bool,
+        expiration: Option<chrono::DateTime<Utc>>,
+    ) -> bool {
+        let secret_ok = verify_key_secret(self.key_id, self.secret, secret_hash);
+        secret_ok && active && expiration.is_none_or(|t| t > Utc::now())
+    }
+}
+
 /// The request's credentials, or the interface's 401 for what is missing or malformed.
 pub fn credentials(headers: &HeaderMap) -> Result<Credentials<'_>, ApiError> {
     let key = visible_header(headers, "x-api-key").ok_or(ApiError::NoApiKey)?;
@@ -95,10 +109,7 @@ pub fn verify(
             return Err(ApiError::InvalidKeyOrSecret);
         }
     };
-    // Verify the secret before looking at state, so every refusal costs the same.
-    let secret_ok = verify_key_secret(key.id, credentials.secret, &key.secret_hash);
-    let expired = key.expiration.is_some_and(|t| t <= Utc::now());
-    if !secret_ok || !key.active || expired {
+    if !credentials.open(&key.secret_hash, key.active, key.expiration) {
         return Err(ApiError::InvalidKeyOrSecret);
     }
     Ok(AuthContext {

@@ -1,5 +1,7 @@
 //! `POST /pipelines/{pipeline_id}/search`.
 
+use std::sync::Arc;
+
 use poem::{Request, RequestBody};
 use poem_openapi::registry::Registry;
 use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Object, OpenApi};
@@ -12,6 +14,7 @@ use super::respond::{Described, Json};
 use crate::auth::key_check;
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
+use crate::service::search_memory::Remembered;
 
 /// Search kinds of the request's `type`.
 #[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
@@ -125,10 +128,18 @@ pub struct SearchBody {
 /// statement: two reads before the search statement become one round trip. The context is
 /// only used once the key is verified and holds read and execute on the pipeline; it is not
 /// read when the request's credentials are refused before any read or its path holds no
-/// pipeline id.
-pub struct SearchAuth {
-    auth: Auth,
-    context: Option<service::Prefetched>,
+/// pipeline id. When an earlier search of the key on the pipeline remembered both
+/// (`service::search_memory`), nothing is read: the search statement confirms them.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made once per search and moved once into the handler"
+)]
+pub enum SearchAuth {
+    /// Checked on this request, with the context read alongside (when the path holds a
+    /// pipeline id).
+    Checked(Auth, Option<service::Prefetched>),
+    /// Remembered from an earlier search; the request's secret opens it.
+    Remembered(Arc<Remembered>),
 }
 
 impl<'a> ApiExtractor<'a> for SearchAuth {
@@ -150,24 +161,21 @@ impl<'a> ApiExtractor<'a> for SearchAuth {
         _opts: ExtractParamOptions<()>,
     ) -> poem::Result<Self> {
         let state = state(request)?;
-        let unavailable = &state.metrics.key_check_unavailable;
         // The route's only path parameter (poem-openapi numbers them).
         let pipeline_id = request
             .raw_path_param("param0")
             .and_then(|raw| uuid::Uuid::parse_str(raw).ok());
         let Some(pipeline_id) = pipeline_id else {
+            let unavailable = &state.metrics.key_check_unavailable;
             let auth = key_check::authenticate(&state.pool, request.headers(), unavailable);
-            return Ok(SearchAuth {
-                auth: Auth(auth.await?),
-                context: None,
-            });
+            return Ok(SearchAuth::Checked(Auth(auth.await?), None));
         };
         let credentials = key_check::credentials(request.headers())?;
-        let (key, context) = service::prefetch(state, credentials.key_id, pipeline_id).await;
-        Ok(SearchAuth {
-            auth: Auth(key_check::verify(&credentials, key, unavailable)?),
-            context: Some(context),
-        })
+        if let Some(remembered) = state.search_memory.recall(&credentials, pipeline_id) {
+            return Ok(SearchAuth::Remembered(remembered));
+        }
+        let (auth, context) = service::check(state, &credentials, pipeline_id).await?;
+        Ok(SearchAuth::Checked(Auth(auth), Some(context)))
     }
 }
 
@@ -197,9 +205,22 @@ impl SearchApi {
             filters: body.filters.map(|f| f.0),
             distance_strategy: body.distance_strategy.map(DistanceStrategy::from),
         };
-        let context = auth.context.filter(|c| c.pipeline_id() == pipeline_id.0);
+        let (auth, context) = match auth {
+            SearchAuth::Checked(Auth(auth), context) => (auth, context),
+            SearchAuth::Remembered(remembered) => {
+                let answered =
+                    service::run_remembered(state, &remembered, pipeline_id.0, &input).await;
+                if let Some(hits) = answered {
+                    return Ok(Json(Described::new(hits)));
+                }
+                let credentials = key_check::credentials(req.headers())?;
+                let (auth, context) = service::check(state, &credentials, pipeline_id.0).await?;
+                (auth, Some(context))
+            }
+        };
+        let context = context.filter(|c| c.pipeline_id() == pipeline_id.0);
         Ok(Json(Described::new(
-            service::run_with(state, &auth.auth.0, pipeline_id.0, input, None, context).await?,
+            service::run_with(state, &auth, pipeline_id.0, &input, None, context).await?,
         )))
     }
 }

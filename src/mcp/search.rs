@@ -76,7 +76,7 @@ pub async fn run(
         state,
         auth,
         pipeline_id,
-        input,
+        &input,
         Some(query_vector),
         Some(Prefetched::read(pipeline_id, request.context)),
     )

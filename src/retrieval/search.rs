@@ -87,6 +87,12 @@ pub struct VectorQuery<'a> {
     /// walk orders by the distance the index computes. Without it the walk's statement orders
     /// by the exact distance, which sorts the scope as cheaply as a scan can.
     pub indexed: bool,
+    /// The search epoch its checks were made at, when they were remembered rather than read
+    /// for this search (`service::search_memory`): the statement then returns rows only while
+    /// the epoch still holds that value and the association still has no more vectors than
+    /// [`super::cost::EF_SEARCH_BASE_ROWS`] (so its walk is the one planned). Only an
+    /// unrestricted walk is gated.
+    pub gate: Option<i64>,
 }
 
 /// How a nearest-neighbour statement finds its rows.
@@ -281,6 +287,7 @@ pub fn nearest_plan(
             threshold,
             fetch: limit_rows,
             with_embeddings,
+            gate: query.gate.map(|epoch| gate(epoch, &table)),
         },
     );
     Ok(NearestPlan {
@@ -296,6 +303,19 @@ pub fn nearest_plan(
             && order == Distance::Cosine,
         fetch,
     })
+}
+
+/// The condition of a gated statement (see [`VectorQuery::gate`]): the search epoch still at
+/// `epoch`, and the vector table of `table` no larger than the walk planned for.
+fn gate(epoch: i64, table: &str) -> sea_query::Expr {
+    sea_query::Expr::cust_with_values(
+        format!(
+            "(SELECT n FROM search_epoch) = $1 AND {} <= {}",
+            crate::store::vectors::estimated_rows_sql(&format!("'{table}'::regclass")),
+            super::cost::EF_SEARCH_BASE_ROWS
+        ),
+        [epoch],
+    )
 }
 
 /// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection
@@ -468,6 +488,7 @@ mod tests {
             selectivity: None,
             path: NearestPath::Index,
             indexed: true,
+            gate: None,
         };
         nearest_plan(&scope, &query, Some(0.5), 5, false).map(|plan| (plan.sql, plan.arguments))
     }
@@ -557,6 +578,7 @@ mod tests {
             selectivity,
             path,
             indexed: true,
+            gate: None,
         };
         nearest_plan(&scope, &query, None, limit, false).expect("plan")
     }
@@ -631,6 +653,7 @@ mod tests {
                 selectivity: Some(0.001),
                 path: NearestPath::Exact,
                 indexed: true,
+                gate: None,
             };
             let plan = nearest_plan(&scope, &query, None, 5, false).expect("plan");
             let (_, order) = plan.sql.split_once("ORDER BY").expect("ordered");

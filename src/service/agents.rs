@@ -372,7 +372,7 @@ async fn retrieve(
                 state,
                 auth,
                 pipeline_id,
-                search,
+                &search,
                 vector,
                 Some(prefetched),
             )

@@ -9,6 +9,7 @@ pub mod filters;
 pub mod llms;
 pub mod pipelines;
 pub mod search;
+pub mod search_memory;
 pub mod taxonomies;
 pub mod text_splitters;
 

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::access::AccessLevel;
 use crate::auth::AuthContext;
+use crate::auth::key_check::{self, Credentials};
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
@@ -13,6 +14,7 @@ use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, 
 use crate::state::AppState;
 use crate::store::api_keys::KeyRead;
 use crate::store::pipelines::{PipelineRow, SearchContext};
+use super::search_memory::Remembered;
 use crate::store::{Connection, DatabaseError};
 
 /// Search kinds of the request's `type`.
@@ -177,6 +179,9 @@ pub struct Prefetched {
     pipeline_id: Uuid,
     context: ApiResult<Option<crate::store::pipelines::SearchContext>>,
     connection: Option<Connection>,
+    /// The context is remembered from an earlier search, read at this search epoch: the
+    /// search statement is gated on it (see [`run_remembered`]).
+    gate: Option<i64>,
 }
 
 impl Prefetched {
@@ -186,6 +191,7 @@ impl Prefetched {
             pipeline_id,
             context: Ok(Some(context)),
             connection: None,
+            gate: None,
         }
     }
 
@@ -206,6 +212,7 @@ pub async fn prefetch(
             pipeline_id,
             context: Err(ApiError::from(&error)),
             connection: None,
+            gate: None,
         };
         (Err(error), prefetched)
     };
@@ -222,9 +229,70 @@ pub async fn prefetch(
                 pipeline_id,
                 context: Ok(context),
                 connection: Some(connection),
+                gate: None,
             },
         ),
         Err(error) => failed(error),
+    }
+}
+
+/// The key check of a search on `pipeline_id` and the pipeline's search context, read in one
+/// statement (see [`prefetch`]); a key check that passes is remembered with the context for
+/// the key's next searches on the pipeline ([`run_remembered`]).
+pub async fn check(
+    state: &AppState,
+    credentials: &Credentials<'_>,
+    pipeline_id: Uuid,
+) -> ApiResult<(AuthContext, Prefetched)> {
+    let (key, prefetched) = prefetch(state, credentials.key_id, pipeline_id).await;
+    let read_key = key.as_ref().ok().and_then(Option::as_ref).map(|(k, _)| k.clone());
+    let auth = key_check::verify(credentials, key, &state.metrics.key_check_unavailable)?;
+    if let (Some(key), Ok(Some(context))) = (read_key, &prefetched.context) {
+        state.search_memory.remember(&key, &auth, context);
+    }
+    Ok((auth, prefetched))
+}
+
+/// An unrestricted vector search answered on what an earlier search of the key on the
+/// pipeline read (see `search_memory`): `None` when the search is of another kind, or its
+/// statement's gate found the remembered read out of date, or it found no rows, or it failed;
+/// the caller then makes it from a fresh read.
+pub async fn run_remembered(
+    state: &AppState,
+    remembered: &Remembered,
+    pipeline_id: Uuid,
+    input: &SearchInput,
+) -> Option<Vec<Value>> {
+    let context = &remembered.context;
+    let vector_kind = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
+    let walk_planned = !context.ve_index_deferred.unwrap_or(false)
+        && context
+            .ve_estimated_rows
+            .is_some_and(|rows| f64::from(rows) <= cost::EF_SEARCH_BASE_ROWS);
+    if !vector_kind || input.filters.is_some() || !walk_planned {
+        return None;
+    }
+    let every_classification = trove_query::classification::resolve(
+        &input.classification,
+        &context.classification_names,
+        &context.hierarchy(),
+    )
+    .is_ok_and(|names| names.len() == context.classification_names.len());
+    if !every_classification {
+        return None;
+    }
+    let prefetched = Prefetched {
+        pipeline_id,
+        context: Ok(Some(context.clone())),
+        connection: None,
+        gate: Some(context.search_epoch),
+    };
+    match run_with(state, &remembered.auth, pipeline_id, input, None, Some(prefetched)).await {
+        Ok(hits) if !hits.is_empty() => {
+            state.metrics.searches_remembered.inc();
+            Some(hits)
+        }
+        _ => None,
     }
 }
 
@@ -242,7 +310,7 @@ pub async fn run(
     state: &AppState,
     auth: &AuthContext,
     pipeline_id: Uuid,
-    input: SearchInput,
+    input: &SearchInput,
 ) -> ApiResult<Vec<Value>> {
     run_with(state, auth, pipeline_id, input, None, None).await
 }
@@ -257,10 +325,14 @@ pub async fn run_with(
     state: &AppState,
     auth: &AuthContext,
     pipeline_id: Uuid,
-    input: SearchInput,
+    input: &SearchInput,
     query_vector: Option<QueryVector>,
     prefetched: Option<Prefetched>,
 ) -> ApiResult<Vec<Value>> {
+    let gate = prefetched
+        .as_ref()
+        .filter(|p| p.pipeline_id == pipeline_id)
+        .and_then(|p| p.gate);
     let (context, connection) = permitted_context(state, auth, pipeline_id, prefetched).await?;
     let pipeline = &context.pipeline;
     // The search statement runs on the connection that read the context: its server process
@@ -300,7 +372,7 @@ pub async fn run_with(
     );
     let vector_limit = (wants_vector && matches!(vector_target, Some(Ok(_))))
         .then(|| params.statement_rows(input.kind));
-    let scope_parts = resolve_scope(state, &context, &input, pipeline_id, vector_limit);
+    let scope_parts = resolve_scope(state, &context, input, pipeline_id, vector_limit);
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
     let parts = scope_parts?;
     if parts.classifications.is_empty() {
@@ -313,6 +385,7 @@ pub async fn run_with(
         parts,
         connection,
         params,
+        gate,
     };
     let hits = match input.kind {
         SearchKind::Similarity | SearchKind::Mmr => {
@@ -486,6 +559,8 @@ struct Search<'a> {
     parts: ScopeParts,
     connection: Option<Connection>,
     params: EffectiveParams,
+    /// The epoch of a remembered context (see [`run_remembered`]).
+    gate: Option<i64>,
 }
 
 impl Search<'_> {
@@ -534,6 +609,7 @@ impl Search<'_> {
             selectivity: self.parts.selectivity,
             path: self.parts.path,
             indexed: !self.context.ve_index_deferred.unwrap_or(false),
+            gate: self.gate,
         };
         let scope = self.scope();
         let p = &self.params;

@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "half_precision_vector_index",
         sql: include_str!("../../migrations/0013_half_precision_vector_index.sql"),
     },
+    Migration {
+        version: 14,
+        name: "search_epoch",
+        sql: include_str!("../../migrations/0014_search_epoch.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -203,6 +203,8 @@ pub struct SearchContext {
     pub unconvertible_fields: Vec<String>,
     /// The pipeline's metadata indexes (they change how a scope's fragments are reached).
     pub metadata_index_ids: Vec<Uuid>,
+    /// The search epoch this context was read at (see `migrations/0014_search_epoch.sql`).
+    pub search_epoch: i64,
 }
 
 impl SearchContext {
@@ -307,6 +309,10 @@ fn search_context_statement(id: Uuid) -> (String, sea_query_sqlx::SqlxValues) {
         .expr_as(
             Expr::cust("\"vector_embeddings\".\"deferred_index_m\" IS NOT NULL"),
             Alias::new("ve_index_deferred"),
+        )
+        .expr_as(
+            Expr::cust("(SELECT n FROM search_epoch)"),
+            Alias::new("search_epoch"),
         )
         .and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
     // The classification names, the hierarchy pairs as two parallel arrays, the fields rule 6

@@ -734,6 +734,7 @@ async fn selective_scopes_are_searched_exactly() {
             selectivity: None,
             path,
             indexed: true,
+            gate: None,
         };
         let plan = search::nearest_plan(&scope, &query, None, 3, false).unwrap();
         let (explained,): (sqlx::types::Json<Value>,) = sqlx::query_as_with(
@@ -815,6 +816,118 @@ async fn a_search_checks_its_key_in_the_context_read() {
         .await;
     assert_eq!(off.status, StatusCode::OK, "{}", off.text);
     refused(search_as(key).await);
+}
+
+/// A key's next search on a pipeline is answered on what its last one read (the key check and
+/// the search context), confirmed inside its statement: the same fragments, and every change
+/// to the key, its permissions or the pipeline takes effect on the very next search, also
+/// through a second replica that remembered the key before the first made the change.
+#[tokio::test]
+async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_changes() {
+    let (app, pid) = searchable_app().await;
+    let replica = spawn_app_with(AppOptions {
+        no_worker: true,
+        database: Some(app.database.clone()),
+        ..AppOptions::default()
+    })
+    .await;
+    let path = format!("/pipelines/{pid}/search");
+    // "restricted" inherits the other two: the search sees every classification.
+    let body = json!({"query": "cats", "type": "similarity", "classification": "restricted"});
+    let created = app.create_key_with(json!({"name": "searcher"})).await;
+    let key = crate::helpers::key_of(&created);
+    let grant = |permission: u8| {
+        json!([{"object_type": "pipelines", "object_id": pid, "permission": permission, "classifications": ["*"]}])
+    };
+    app.grant(&key.0, grant(5)).await;
+    let search_on = |on: &'static str, key: (String, String)| {
+        let app = if on == "replica" { &replica } else { &app };
+        let (path, body) = (path.clone(), body.clone());
+        async move {
+            app.send_as(&key, reqwest::Method::POST, &path, Some(&body))
+                .await
+        }
+    };
+    let remembered = |app: &TestApp| app.state.metrics.searches_remembered.get();
+    let refused = |reply: crate::helpers::Reply| {
+        crate::helpers::assert_error(
+            &reply,
+            StatusCode::UNAUTHORIZED,
+            "Invalid API Key or Secret",
+        );
+    };
+
+    let fresh = search_on("app", key.clone()).await;
+    assert_eq!(fresh.status, StatusCode::OK, "{}", fresh.text);
+    assert_eq!(names(&fresh).len(), DOCS.len().min(5));
+    assert_eq!(remembered(&app), 0.0);
+    let again = search_on("app", key.clone()).await;
+    assert_eq!(again.body, fresh.body);
+    assert_eq!(remembered(&app), 1.0);
+    refused(search_on("app", (key.0.clone(), "wrong".to_owned())).await);
+    for expected in [0.0, 1.0] {
+        let reply = search_on("replica", key.clone()).await;
+        assert_eq!(reply.body, fresh.body);
+        assert_eq!(remembered(&replica), expected);
+    }
+
+    // Deactivated through the first replica: refused by both, the second included.
+    let off = app
+        .patch(&format!("/api-keys/{}", key.0), &json!({"active": false}))
+        .await;
+    assert_eq!(off.status, StatusCode::OK, "{}", off.text);
+    refused(search_on("replica", key.clone()).await);
+    refused(search_on("app", key.clone()).await);
+    let on = app
+        .patch(&format!("/api-keys/{}", key.0), &json!({"active": true}))
+        .await;
+    assert_eq!(on.status, StatusCode::OK, "{}", on.text);
+    for _ in 0..2 {
+        assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
+    }
+    assert_eq!(remembered(&replica), 2.0);
+
+    // Execute withdrawn (a search then finds no pipeline, as the interface says).
+    app.grant(&key.0, grant(4)).await;
+    let denied = search_on("replica", key.clone()).await;
+    crate::helpers::assert_error(&denied, StatusCode::NOT_FOUND, "Pipeline not found");
+    app.grant(&key.0, grant(5)).await;
+    for _ in 0..2 {
+        assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
+    }
+    assert_eq!(remembered(&replica), 3.0);
+
+    // An expiration passes between two searches.
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let expiring = app
+        .patch(
+            &format!("/api-keys/{}", key.0),
+            &json!({"expiration": soon.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(expiring.status, StatusCode::OK, "{}", expiring.text);
+    for _ in 0..2 {
+        assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
+    }
+    assert_eq!(remembered(&replica), 4.0);
+    let left = soon - chrono::Utc::now();
+    tokio::time::sleep(left.to_std().unwrap_or_default() + Duration::from_millis(50)).await;
+    refused(search_on("replica", key.clone()).await);
+
+    // The pipeline deleted.
+    let renewed = app
+        .patch(
+            &format!("/api-keys/{}", key.0),
+            &json!({"expiration": null}),
+        )
+        .await;
+    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
+    assert_eq!(search_on("app", key.clone()).await.body, fresh.body);
+    let deleted = app.delete(&format!("/pipelines/{pid}")).await;
+    assert!(deleted.status.is_success(), "{}", deleted.text);
+    let gone = search_on("app", key.clone()).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.text);
+    assert_eq!(remembered(&app), 1.0);
 }
 
 /// A scope that names every classification of its pipeline is estimated without its
