@@ -142,9 +142,49 @@ pub struct Nearest<'a> {
     pub fetch: Fetch,
     /// Also select `embedding` (MMR).
     pub with_embeddings: bool,
-    /// A condition on no row (the caller's checks still current): the statement returns no
-    /// rows when it does not hold. Postgres tests it once, before reading any.
-    pub gate: Option<Expr>,
+    /// What the caller's checks, made earlier, must still find for the statement to return
+    /// rows. Postgres tests it once, before reading any.
+    pub gate: Option<Gate<'a>>,
+}
+
+/// The state a search's checks were made in, which its statement confirms (see [`gate`]).
+pub struct Gate<'a> {
+    /// The value of the search epoch (`search_epoch.n`), which moves with every change to a key,
+    /// its permissions or a pipeline's configuration.
+    pub epoch: i64,
+    /// An expression of the association's estimated vector count (the store's), and the value
+    /// it had: the search's path and walk were planned from it.
+    pub vector_count: (&'a str, f32),
+    /// The integer fields the filter compares that no stored version of the pipeline was
+    /// recorded as holding a value the database cannot convert in (rule 6 of the filter
+    /// language): still none.
+    pub unrecorded_integer_fields: &'a [String],
+}
+
+/// The condition of a [`Gate`] on a search of `pipeline_id`.
+pub fn gate(pipeline_id: Uuid, gate: &Gate<'_>) -> Expr {
+    let (count, counted) = gate.vector_count;
+    let mut condition = Expr::cust_with_values(
+        format!("(SELECT n FROM search_epoch) = $1 AND {count} = $2"),
+        [
+            sea_query::Value::BigInt(Some(gate.epoch)),
+            sea_query::Value::Float(Some(counted)),
+        ],
+    );
+    if !gate.unrecorded_integer_fields.is_empty() {
+        let u = Alias::new("u");
+        let recorded = Query::select()
+            .expr(Expr::cust("1"))
+            .from_as(Alias::new("metadata_unconvertible"), u.clone())
+            .and_where(Expr::col((u.clone(), Alias::new("pipeline_id"))).eq(pipeline_id))
+            .and_where(
+                Expr::col((u, Alias::new("field")))
+                    .is_in(gate.unrecorded_integer_fields.iter().cloned()),
+            )
+            .to_owned();
+        condition = condition.and(Expr::exists(recorded).not());
+    }
+    condition
 }
 
 /// The rows a nearest-neighbour statement returns at most (its LIMIT).
@@ -199,8 +239,8 @@ pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> (String, Values) {
         )
         .order_by_expr(walk_order(query), Order::Asc);
     bound(&mut select, query);
-    if let Some(gate) = &query.gate {
-        select.and_where(gate.clone());
+    if let Some(confirmed) = &query.gate {
+        select.and_where(gate(scope.pipeline_id, confirmed));
     }
     match query.fetch {
         Fetch::Bound(rows) => select.limit(rows).build(PostgresQueryBuilder),
@@ -301,8 +341,8 @@ fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
             Expr::col((v, Alias::new("fragment_id"))).equals((t.clone(), Alias::new("id"))),
         );
     }
-    if let Some(gate) = &query.gate {
-        select.and_where(gate.clone());
+    if let Some(confirmed) = &query.gate {
+        select.and_where(gate(scope.pipeline_id, confirmed));
     }
     select.order_by((t, Alias::new("score")), Order::Asc);
     select

@@ -8,10 +8,10 @@
 
 mod filter_common;
 
-use sea_query::{Condition, Expr, PostgresQueryBuilder, SelectStatement, Values};
+use sea_query::{Condition, PostgresQueryBuilder, SelectStatement, Values};
 use trove_query::classification::{ClassificationRequest, SearchType, resolve};
 use trove_query::filter::{self, TeqExpansions};
-use trove_query::search::{Distance, Fetch, Nearest, Scope, full_text, nearest, scope_rows};
+use trove_query::search::{Distance, Fetch, Gate, Nearest, Scope, full_text, nearest, scope_rows};
 use uuid::Uuid;
 
 const PIPELINE: Uuid = Uuid::from_u128(0x0190_a0f1_7f5e_7c3a_9d5b_3a1f_2e4d_5c6b);
@@ -91,13 +91,14 @@ fn similarity_statements() {
         ),
     );
     let mut gated = similarity(Distance::Cosine, Distance::Cosine, false);
-    gated.gate = Some(Expr::cust_with_values(
-        "(SELECT n FROM search_epoch) = $1",
-        [7_i64],
-    ));
+    gated.gate = Some(Gate {
+        epoch: 7,
+        vector_count: ("vector_count()", 1200.0),
+        unrecorded_integer_fields: &[],
+    });
     snapshot_built(
         "search_similarity_index_gated",
-        "cosine, HNSW walk, k 5, only while the search epoch is 7",
+        "cosine, HNSW walk, k 5, only while the search epoch is 7 and the vectors 1,200",
         &nearest(&plain, &gated),
     );
     let mut rebuilding = similarity(Distance::Cosine, Distance::Cosine, false);
@@ -145,6 +146,17 @@ fn similarity_statements() {
     snapshot_built(
         "search_similarity_filter_exact",
         r#"cosine, exact path, k 5, filter {"year": {"$ge": 2020}}"#,
+        &nearest(&filtered, &k5),
+    );
+    let year = ["year".to_owned()];
+    k5.gate = Some(Gate {
+        epoch: 7,
+        vector_count: ("vector_count()", 1200.0),
+        unrecorded_integer_fields: &year,
+    });
+    snapshot_built(
+        "search_similarity_filter_exact_gated",
+        r#"cosine, exact path, k 5, filter {"year": {"$ge": 2020}}, only while the search epoch is 7, the vectors 1,200 and no version recorded with a year that does not convert"#,
         &nearest(&filtered, &k5),
     );
 }

@@ -67,9 +67,8 @@ pub const MIN_WALK_SHARE: f64 = 0.04;
 /// clients 939–970 against 1,023–1,087 statements/s).
 pub const CONSTANT_FETCHES: [u64; 3] = [5, 10, 20];
 
-/// Vector count up to which [`SESSION_EF_SEARCH`] is enough: an unrestricted walk of an
-/// association of up to this many vectors is the same whatever their number.
-pub const EF_SEARCH_BASE_ROWS: f64 = 100_000.0;
+/// Vector count up to which [`SESSION_EF_SEARCH`] is enough.
+const EF_SEARCH_BASE_ROWS: f64 = 100_000.0;
 
 /// Largest `hnsw.ef_search` a search sets.
 pub const MAX_EF_SEARCH: u64 = 1000;

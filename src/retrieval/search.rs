@@ -87,12 +87,22 @@ pub struct VectorQuery<'a> {
     /// walk orders by the distance the index computes. Without it the walk's statement orders
     /// by the exact distance, which sorts the scope as cheaply as a scan can.
     pub indexed: bool,
-    /// The search epoch its checks were made at, when they were remembered rather than read
-    /// for this search (`service::search_memory`): the statement then returns rows only while
-    /// the epoch still holds that value and the association still has no more vectors than
-    /// [`super::cost::EF_SEARCH_BASE_ROWS`] (so its walk is the one planned). Only an
-    /// unrestricted walk is gated.
-    pub gate: Option<i64>,
+    /// What the statement confirms when the search's checks were remembered rather than read
+    /// for it (`service::search_memory`): it returns no rows unless they still hold.
+    pub gate: Option<&'a Gate>,
+}
+
+/// The state a remembered search's checks were read in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    /// The search epoch (`migrations/0014_search_epoch.sql`).
+    pub epoch: i64,
+    /// The association's vector count as estimated then, which the path and the walk were
+    /// planned from ([`VectorQuery::estimated_rows`]): the estimate must be the same now.
+    pub estimated_rows: f32,
+    /// The integer fields the filter compares that no stored version was recorded as holding
+    /// an unconvertible value in (rule 6 of the filter language): still none.
+    pub unrecorded_integer_fields: Vec<String>,
 }
 
 /// How a nearest-neighbour statement finds its rows.
@@ -272,6 +282,7 @@ pub fn nearest_plan(
         distance
     };
     let table = crate::store::vectors::table_name(query.vector_embedding_id);
+    let vector_count = crate::store::vectors::estimated_rows_sql(&format!("'{table}'::regclass"));
     let (sql, values) = trove_query::search::nearest(
         scope,
         &Nearest {
@@ -287,7 +298,11 @@ pub fn nearest_plan(
             threshold,
             fetch: limit_rows,
             with_embeddings,
-            gate: query.gate.map(|epoch| gate(epoch, &table)),
+            gate: query.gate.map(|gate| trove_query::search::Gate {
+                epoch: gate.epoch,
+                vector_count: (&vector_count, gate.estimated_rows),
+                unrecorded_integer_fields: &gate.unrecorded_integer_fields,
+            }),
         },
     );
     Ok(NearestPlan {
@@ -303,19 +318,6 @@ pub fn nearest_plan(
             && order == Distance::Cosine,
         fetch,
     })
-}
-
-/// The condition of a gated statement (see [`VectorQuery::gate`]): the search epoch still at
-/// `epoch`, and the vector table of `table` no larger than the walk planned for.
-fn gate(epoch: i64, table: &str) -> sea_query::Expr {
-    sea_query::Expr::cust_with_values(
-        format!(
-            "(SELECT n FROM search_epoch) = $1 AND {} <= {}",
-            crate::store::vectors::estimated_rows_sql(&format!("'{table}'::regclass")),
-            super::cost::EF_SEARCH_BASE_ROWS
-        ),
-        [epoch],
-    )
 }
 
 /// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection

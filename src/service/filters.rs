@@ -40,6 +40,18 @@ pub async fn compile_for_pipeline(
     })
 }
 
+impl CompiledFilter {
+    /// The integer fields it compares that are not among `recorded`, the fields rule 6
+    /// concerns as the caller read them.
+    pub fn unrecorded_integer_fields(&self, recorded: &[String]) -> Vec<String> {
+        self.integer_fields
+            .iter()
+            .filter(|field| !recorded.contains(field))
+            .cloned()
+            .collect()
+    }
+}
+
 /// Rule 6: a filter comparing an integer field on which a stored version of the pipeline
 /// holds a value the database cannot read as a 64-bit integer (such as `5.0`) fails with the
 /// database's own error (500). Versions holding one are recorded at submission

@@ -4,17 +4,19 @@
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
+use super::search_memory::Remembered;
 use crate::access::AccessLevel;
 use crate::auth::AuthContext;
 use crate::auth::key_check::{self, Credentials};
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
-use crate::retrieval::search::{self, DistanceStrategy, Hit, NearestPath, Scope, VectorQuery};
+use crate::retrieval::search::{
+    self, DistanceStrategy, Gate, Hit, NearestPath, Scope, VectorQuery,
+};
 use crate::state::AppState;
 use crate::store::api_keys::KeyRead;
 use crate::store::pipelines::{PipelineRow, SearchContext};
-use super::search_memory::Remembered;
 use crate::store::{Connection, DatabaseError};
 
 /// Search kinds of the request's `type`.
@@ -245,7 +247,11 @@ pub async fn check(
     pipeline_id: Uuid,
 ) -> ApiResult<(AuthContext, Prefetched)> {
     let (key, prefetched) = prefetch(state, credentials.key_id, pipeline_id).await;
-    let read_key = key.as_ref().ok().and_then(Option::as_ref).map(|(k, _)| k.clone());
+    let read_key = key
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .map(|(k, _)| k.clone());
     let auth = key_check::verify(credentials, key, &state.metrics.key_check_unavailable)?;
     if let (Some(key), Ok(Some(context))) = (read_key, &prefetched.context) {
         state.search_memory.remember(&key, &auth, context);
@@ -253,10 +259,10 @@ pub async fn check(
     Ok((auth, prefetched))
 }
 
-/// An unrestricted vector search answered on what an earlier search of the key on the
-/// pipeline read (see `search_memory`): `None` when the search is of another kind, or its
-/// statement's gate found the remembered read out of date, or it found no rows, or it failed;
-/// the caller then makes it from a fresh read.
+/// A similarity or MMR search answered on what an earlier search of the key on the pipeline
+/// read (see `search_memory`): `None` when the search is of another kind, or its statement's
+/// gate found the remembered read out of date, or it found no rows, or it failed; the caller
+/// then makes it from a fresh read.
 pub async fn run_remembered(
     state: &AppState,
     remembered: &Remembered,
@@ -265,20 +271,7 @@ pub async fn run_remembered(
 ) -> Option<Vec<Value>> {
     let context = &remembered.context;
     let vector_kind = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
-    let walk_planned = !context.ve_index_deferred.unwrap_or(false)
-        && context
-            .ve_estimated_rows
-            .is_some_and(|rows| f64::from(rows) <= cost::EF_SEARCH_BASE_ROWS);
-    if !vector_kind || input.filters.is_some() || !walk_planned {
-        return None;
-    }
-    let every_classification = trove_query::classification::resolve(
-        &input.classification,
-        &context.classification_names,
-        &context.hierarchy(),
-    )
-    .is_ok_and(|names| names.len() == context.classification_names.len());
-    if !every_classification {
+    if !vector_kind || context.ve_estimated_rows.is_none() {
         return None;
     }
     let prefetched = Prefetched {
@@ -287,7 +280,16 @@ pub async fn run_remembered(
         connection: None,
         gate: Some(context.search_epoch),
     };
-    match run_with(state, &remembered.auth, pipeline_id, input, None, Some(prefetched)).await {
+    match run_with(
+        state,
+        &remembered.auth,
+        pipeline_id,
+        input,
+        None,
+        Some(prefetched),
+    )
+    .await
+    {
         Ok(hits) if !hits.is_empty() => {
             state.metrics.searches_remembered.inc();
             Some(hits)
@@ -589,6 +591,23 @@ impl Search<'_> {
         }
     }
 
+    /// What the statement of a search on a remembered context confirms: `Err` (no rows) when
+    /// it cannot be confirmed.
+    fn gate(&self) -> Result<Option<Gate>, ()> {
+        let Some(epoch) = self.gate else {
+            return Ok(None);
+        };
+        let estimated_rows = self.context.ve_estimated_rows.ok_or(())?;
+        let unrecorded_integer_fields = self.parts.compiled.as_ref().map_or_else(Vec::new, |c| {
+            c.unrecorded_integer_fields(&self.context.unconvertible_fields)
+        });
+        Ok(Some(Gate {
+            epoch,
+            estimated_rows,
+            unrecorded_integer_fields,
+        }))
+    }
+
     /// Similarity or MMR on the association `ve`.
     async fn vector(
         mut self,
@@ -597,6 +616,9 @@ impl Search<'_> {
         vector: &[f32],
         strategy: DistanceStrategy,
     ) -> ApiResult<Vec<Hit>> {
+        let Ok(gate) = self.gate() else {
+            return Ok(Vec::new());
+        };
         self.refuse_unconvertible().await?;
         let mut connection = statement_connection(self.state, self.connection.take()).await?;
         let query = VectorQuery {
@@ -609,7 +631,7 @@ impl Search<'_> {
             selectivity: self.parts.selectivity,
             path: self.parts.path,
             indexed: !self.context.ve_index_deferred.unwrap_or(false),
-            gate: self.gate,
+            gate: gate.as_ref(),
         };
         let scope = self.scope();
         let p = &self.params;
@@ -633,6 +655,10 @@ impl Search<'_> {
 
     /// Full-text search.
     async fn full_text(mut self, query: &str) -> ApiResult<Vec<Hit>> {
+        if self.gate.is_some() {
+            // Not gated: never answered on a remembered context.
+            return Ok(Vec::new());
+        }
         if self.params.k > 0 {
             self.refuse_unconvertible().await?;
         }

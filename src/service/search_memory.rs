@@ -11,11 +11,12 @@
 //! committed finds the gate closed, on every replica, and is made again from a fresh read.
 //! A gated statement that returns no rows proves nothing either way and is made again too.
 //!
-//! Only unrestricted vector searches are answered so (no filter, every classification of the
-//! pipeline, an association with its HNSW index and no more vectors than
-//! `retrieval::cost::EF_SEARCH_BASE_ROWS`, so that its walk is the one the remembered context
-//! plans): a restricted search also depends on what ingestion changes without moving the
-//! epoch (the vector count its path is chosen by, the fields rule 6 refuses).
+//! Similarity and MMR searches are answered so, under filters and classifications too: their
+//! statement also confirms what ingestion changes without moving the epoch, the association's
+//! estimated vector count the path and the walk were planned from (it follows the table's pages
+//! and `ANALYZE`), and, for a filter comparing integer fields, that no stored version has been
+//! recorded since with a value of them the database cannot convert (rule 6). Full-text
+//! searches read afresh.
 
 use std::sync::Arc;
 use std::time::Duration;

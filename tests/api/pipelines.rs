@@ -1430,6 +1430,79 @@ async fn a_stored_integer_written_with_a_fraction_fails_filters_on_its_field_onl
     assert_eq!(reply.body["data"].as_array().unwrap().len(), 1);
 }
 
+/// Rule 6 holds for a filtered search remembered before such a value was stored: its next
+/// run fails with the database's error, as a fresh one does.
+#[tokio::test]
+async fn a_remembered_filtered_search_fails_once_an_unconvertible_integer_is_stored() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    let submit = |name: &'static str, year: Value| {
+        let (app, pid) = (&app, &pid);
+        async move {
+            let reply = app
+                .submit(
+                    pid,
+                    &json!({"external_identifier": name, "classification": "public",
+                            "metadata": {"year": year, "team": name}, "text": format!("the {name} year")}),
+                )
+                .await;
+            assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+            let outcome = app.step().await;
+            assert_eq!((outcome.stored, outcome.failed), (1, 0), "{outcome:?}");
+        }
+    };
+    let search = || {
+        let (app, pid) = (&app, &pid);
+        async move {
+            app.post(
+                &format!("/pipelines/{pid}/search"),
+                &json!({"query": "year", "type": "similarity", "classification": "public",
+                        "filters": {"year": {"$eq": 2002}}}),
+            )
+            .await
+        }
+    };
+    submit("integer", json!(2002)).await;
+    for _ in 0..2 {
+        let reply = search().await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(reply.body.as_array().unwrap().len(), 1);
+    }
+    let remembered = app.state.metrics.searches_remembered.get();
+    assert_eq!(remembered, 1.0);
+    // A record of the field alone (the vector count unchanged) closes the remembered search's
+    // gate: the search is made afresh, and the stored value, which converts, passes.
+    sqlx::query(
+        "INSERT INTO metadata_unconvertible (pipeline_id, field, document_id, version)
+         SELECT pipeline_id, 'year', id, version FROM documents WHERE pipeline_id = $1::uuid",
+    )
+    .bind(&pid)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let reply = search().await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body.as_array().unwrap().len(), 1);
+    assert_eq!(app.state.metrics.searches_remembered.get(), remembered);
+    sqlx::query("DELETE FROM metadata_unconvertible WHERE pipeline_id = $1::uuid")
+        .bind(&pid)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    submit("float", json!(2001.0)).await;
+    let reply = search().await;
+    assert_eq!(
+        (reply.status, reply.message()),
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"invalid input syntax for type bigint: "2001.0""#
+        ),
+        "{}",
+        reply.text
+    );
+    assert_eq!(app.state.metrics.searches_remembered.get(), remembered);
+}
+
 /// Migration 7 rebuilds metadata indexes with the expressions the filter compiles to, and
 /// records the stored integers written with a fraction.
 #[tokio::test]

@@ -836,9 +836,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
     let body = json!({"query": "cats", "type": "similarity", "classification": "restricted"});
     let created = app.create_key_with(json!({"name": "searcher"})).await;
     let key = crate::helpers::key_of(&created);
-    let grant = |permission: u8| {
-        json!([{"object_type": "pipelines", "object_id": pid, "permission": permission, "classifications": ["*"]}])
-    };
+    let grant = |permission: u8| json!([{"object_type": "pipelines", "object_id": pid, "permission": permission, "classifications": ["*"]}]);
     app.grant(&key.0, grant(5)).await;
     let search_on = |on: &'static str, key: (String, String)| {
         let app = if on == "replica" { &replica } else { &app };
