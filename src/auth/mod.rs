@@ -11,7 +11,9 @@ use crate::access::{AccessLevel, ObjectType, PermissionEntry, TYPE_ENTRY_ID};
 use crate::error::ApiError;
 
 /// The key that made the request, with all its permission entries, read from the database
-/// on this request (no cache, so deactivation takes effect immediately on every replica).
+/// on this request, so deactivation takes effect immediately on every replica (a search may
+/// use one remembered from an earlier search, which its statement confirms still current:
+/// `service::search_memory`).
 #[derive(Debug, Clone)]
 pub struct AuthContext {
     pub key_id: Uuid,
