@@ -260,41 +260,80 @@ pub async fn check(
 }
 
 /// A similarity or MMR search answered on what an earlier search of the key on the pipeline
-/// read (see `search_memory`): `None` when the search is of another kind, or its statement's
-/// gate found the remembered read out of date, or it found no rows, or it failed; the caller
-/// then makes it from a fresh read.
+/// read (see `search_memory`). It is not answered when the search is of another kind, or its
+/// statement's gate found the remembered read out of date, or it found no rows, or it failed:
+/// the caller then makes it from a fresh read, with the query's vector computed here.
 pub async fn run_remembered(
     state: &AppState,
     remembered: &Remembered,
     pipeline_id: Uuid,
     input: &SearchInput,
-) -> Option<Vec<Value>> {
+) -> Result<Vec<Value>, Unanswered> {
     let context = &remembered.context;
+    let mut unanswered = Unanswered {
+        query_vector: None,
+        epoch: context.search_epoch,
+    };
+    let params = EffectiveParams::from_request(input.params.as_ref());
     let vector_kind = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
-    if !vector_kind || context.ve_estimated_rows.is_none() {
-        return None;
+    let wants_vector = params.k > 0 && (input.kind != SearchKind::Mmr || params.fetch_k > 0);
+    if !vector_kind || !wants_vector {
+        return Err(unanswered);
     }
+    let (Ok((_, model_id)), Some(stored), Some(_)) = (
+        vector_embedding(&context.pipeline, params.embedding),
+        context.stored_model(),
+        context.ve_estimated_rows,
+    ) else {
+        return Err(unanswered);
+    };
+    let Ok(vector) = embed_query_with(state, &stored, &input.query).await else {
+        return Err(unanswered);
+    };
+    let computed = QueryVector {
+        model_id,
+        vector: vector.clone(),
+    };
+    unanswered.query_vector = Some(QueryVector { model_id, vector });
     let prefetched = Prefetched {
         pipeline_id,
         context: Ok(Some(context.clone())),
         connection: None,
         gate: Some(context.search_epoch),
     };
-    match run_with(
+    let answer = run_with(
         state,
         &remembered.auth,
         pipeline_id,
         input,
-        None,
+        Some(computed),
         Some(prefetched),
     )
-    .await
-    {
+    .await;
+    match answer {
         Ok(hits) if !hits.is_empty() => {
             state.metrics.searches_remembered.inc();
-            Some(hits)
+            Ok(hits)
         }
-        _ => None,
+        _ => Err(unanswered),
+    }
+}
+
+/// What a search that [`run_remembered`] could not answer leaves to the fresh one.
+pub struct Unanswered {
+    query_vector: Option<QueryVector>,
+    /// The search epoch of the remembered context the vector was computed with.
+    epoch: i64,
+}
+
+impl Unanswered {
+    /// The query's vector, when the fresh read found the same search epoch (so the model that
+    /// computed it is unchanged).
+    pub fn query_vector(self, fresh: &Prefetched) -> Option<QueryVector> {
+        match &fresh.context {
+            Ok(Some(context)) if context.search_epoch == self.epoch => self.query_vector,
+            _ => None,
+        }
     }
 }
 

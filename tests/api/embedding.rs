@@ -1266,3 +1266,51 @@ async fn openai_client_batches_and_orders_results() {
     assert_eq!(sizes, vec![256, 256, 88]);
     assert!(!format!("{embedder:?}").contains(API_KEY));
 }
+
+/// A remote model embeds a search's query once: a search on a remembered key check that its
+/// statement does not confirm (here: it finds no fragment within the threshold) is made again
+/// from a fresh read with the vector already computed.
+#[tokio::test]
+async fn a_remembered_search_made_again_embeds_its_query_once() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    let fake: Shared = Arc::default();
+    let base_url = fake_openai(fake.clone()).await;
+    let model = create(&app, openai_body("remote", &base_url, API_KEY)).await;
+    assert_eq!(model.status, StatusCode::CREATED, "{}", model.text);
+    let pid = app
+        .new_pipeline_id(json!({"embedding_model_id": model.body["id"]}))
+        .await;
+    app.submit_text(&pid, "doc", "a short text about harbours")
+        .await;
+    let outcome = app.step().await;
+    assert_eq!((outcome.stored, outcome.failed), (1, 0), "{outcome:?}");
+    let requests = || fake.lock().expect("state").requests.len();
+    let search = |params: Value| {
+        let (app, pid) = (&app, &pid);
+        async move {
+            let reply = app
+                .post(
+                    &format!("/pipelines/{pid}/search"),
+                    &json!({"query": "harbours", "type": "similarity",
+                            "classification": "internal", "params": params}),
+                )
+                .await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            reply.body.as_array().expect("fragments").len()
+        }
+    };
+    let before = requests();
+    let none_within = json!({"k": 5, "threshold": -1.0});
+    assert_eq!(search(none_within.clone()).await, 0);
+    assert_eq!(requests(), before + 1);
+    assert_eq!(search(none_within).await, 0);
+    assert_eq!(requests(), before + 2);
+    assert_eq!(app.state.metrics.searches_remembered.get(), 0.0);
+    assert_eq!(search(json!({"k": 5})).await, 1);
+    assert_eq!(requests(), before + 3);
+    assert_eq!(app.state.metrics.searches_remembered.get(), 1.0);
+}
