@@ -1,7 +1,7 @@
 -- A counter that moves, in the transaction that makes the change, with every change to what a
 -- search reads before its statement: a key and its permission entries, a pipeline, its
 -- association and model, classifications, hierarchy and metadata indexes. A search that
--- remembers what it read (`service::search_memory`) runs its statement only while the counter
+-- remembers what it read (`auth::search_memory`) runs its statement only while the counter
 -- still holds the value read with it, checked inside the statement itself: a change committed
 -- before a search starts is seen by that search, on every replica.
 --

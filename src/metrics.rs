@@ -25,7 +25,7 @@ pub struct ApiMetrics {
     /// `trove_key_check_unavailable_total`, Trove's own name beside the interface's metrics.
     pub key_check_unavailable: Counter,
     /// Searches answered on the key check and search context remembered from an earlier
-    /// search, confirmed current inside their statement (`service::search_memory`):
+    /// search, confirmed current inside their statement (`auth::search_memory`):
     /// `trove_searches_remembered_total`.
     pub searches_remembered: Counter,
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::auth::search_memory::SearchMemory;
 use crate::config::Config;
 use crate::crypto::at_rest::Cipher;
 use crate::ingest::outbox::QueuedJobs;
@@ -13,7 +14,6 @@ use crate::providers::llm::LlmClient;
 use crate::providers::sidecar_client::SidecarClient;
 use crate::providers::splitting::TextSplitting;
 use crate::retrieval::estimates::ScopeEstimates;
-use crate::service::search_memory::SearchMemory;
 use crate::store::Pool;
 
 /// State shared by every request.

@@ -3,6 +3,7 @@
 
 pub mod key_check;
 pub mod license;
+pub mod search_memory;
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -13,7 +14,7 @@ use crate::error::ApiError;
 /// The key that made the request, with all its permission entries, read from the database
 /// on this request, so deactivation takes effect immediately on every replica (a search may
 /// use one remembered from an earlier search, which its statement confirms still current:
-/// `service::search_memory`).
+/// `auth::search_memory`).
 #[derive(Debug, Clone)]
 pub struct AuthContext {
     pub key_id: Uuid,

@@ -12,9 +12,9 @@ use super::documents::Fragments;
 use super::extract::{self, Auth, state};
 use super::respond::{Described, Json};
 use crate::auth::key_check;
+use crate::auth::search_memory::Remembered;
 use crate::retrieval::search::DistanceStrategy;
 use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
-use crate::service::search_memory::Remembered;
 
 /// Search kinds of the request's `type`.
 #[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
@@ -129,7 +129,7 @@ pub struct SearchBody {
 /// only used once the key is verified and holds read and execute on the pipeline; it is not
 /// read when the request's credentials are refused before any read or its path holds no
 /// pipeline id. When an earlier search of the key on the pipeline remembered both
-/// (`service::search_memory`), nothing is read: the search statement confirms them.
+/// (`auth::search_memory`), nothing is read: the search statement confirms them.
 #[expect(
     clippy::large_enum_variant,
     reason = "made once per search and moved once into the handler"

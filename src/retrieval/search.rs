@@ -88,7 +88,7 @@ pub struct VectorQuery<'a> {
     /// by the exact distance, which sorts the scope as cheaply as a scan can.
     pub indexed: bool,
     /// What the statement confirms when the search's checks were remembered rather than read
-    /// for it (`service::search_memory`): it returns no rows unless they still hold.
+    /// for it (`auth::search_memory`): it returns no rows unless they still hold.
     pub gate: Option<&'a Gate>,
 }
 

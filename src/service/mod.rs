@@ -9,7 +9,6 @@ pub mod filters;
 pub mod llms;
 pub mod pipelines;
 pub mod search;
-pub mod search_memory;
 pub mod taxonomies;
 pub mod text_splitters;
 

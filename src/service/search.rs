@@ -4,10 +4,10 @@
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::search_memory::Remembered;
 use crate::access::AccessLevel;
 use crate::auth::AuthContext;
 use crate::auth::key_check::{self, Credentials};
+use crate::auth::search_memory::Remembered;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
