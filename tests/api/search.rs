@@ -89,6 +89,12 @@ async fn searchable_app() -> (TestApp, String) {
     (app, pid)
 }
 
+/// Changes a key with the master key (expects 200).
+async fn change_key(app: &TestApp, key_id: &str, changes: Value) {
+    let reply = app.patch(&format!("/api-keys/{key_id}"), &changes).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+}
+
 async fn search(app: &TestApp, pid: &str, body: Value) -> crate::helpers::Reply {
     app.post(&format!("/pipelines/{pid}/search"), &body).await
 }
@@ -794,27 +800,12 @@ async fn a_search_checks_its_key_in_the_context_read() {
     refused(search_as((key.0.clone(), "wrong".to_owned())).await);
     refused(search_as((uuid::Uuid::new_v4().to_string(), key.1.clone())).await);
 
-    let expired = app
-        .patch(
-            &format!("/api-keys/{}", key.0),
-            &json!({"expiration": "2001-02-03T04:05:06Z"}),
-        )
-        .await;
-    assert_eq!(expired.status, StatusCode::OK, "{}", expired.text);
+    change_key(&app, &key.0, json!({"expiration": "2001-02-03T04:05:06Z"})).await;
     refused(search_as(key.clone()).await);
-    let renewed = app
-        .patch(
-            &format!("/api-keys/{}", key.0),
-            &json!({"expiration": null}),
-        )
-        .await;
-    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
+    change_key(&app, &key.0, json!({"expiration": null})).await;
     assert_eq!(search_as(key.clone()).await.status, StatusCode::OK);
 
-    let off = app
-        .patch(&format!("/api-keys/{}", key.0), &json!({"active": false}))
-        .await;
-    assert_eq!(off.status, StatusCode::OK, "{}", off.text);
+    change_key(&app, &key.0, json!({"active": false})).await;
     refused(search_as(key).await);
 }
 
@@ -870,16 +861,10 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
     }
 
     // Deactivated through the first replica: refused by both, the second included.
-    let off = app
-        .patch(&format!("/api-keys/{}", key.0), &json!({"active": false}))
-        .await;
-    assert_eq!(off.status, StatusCode::OK, "{}", off.text);
+    change_key(&app, &key.0, json!({"active": false})).await;
     refused(search_on("replica", key.clone()).await);
     refused(search_on("app", key.clone()).await);
-    let on = app
-        .patch(&format!("/api-keys/{}", key.0), &json!({"active": true}))
-        .await;
-    assert_eq!(on.status, StatusCode::OK, "{}", on.text);
+    change_key(&app, &key.0, json!({"active": true})).await;
     for _ in 0..2 {
         assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
     }
@@ -897,13 +882,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
 
     // An expiration passes between two searches.
     let soon = chrono::Utc::now() + chrono::Duration::seconds(2);
-    let expiring = app
-        .patch(
-            &format!("/api-keys/{}", key.0),
-            &json!({"expiration": soon.to_rfc3339()}),
-        )
-        .await;
-    assert_eq!(expiring.status, StatusCode::OK, "{}", expiring.text);
+    change_key(&app, &key.0, json!({"expiration": soon.to_rfc3339()})).await;
     for _ in 0..2 {
         assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
     }
@@ -913,13 +892,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
     refused(search_on("replica", key.clone()).await);
 
     // The pipeline deleted.
-    let renewed = app
-        .patch(
-            &format!("/api-keys/{}", key.0),
-            &json!({"expiration": null}),
-        )
-        .await;
-    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
+    change_key(&app, &key.0, json!({"expiration": null})).await;
     assert_eq!(search_on("app", key.clone()).await.body, fresh.body);
     let deleted = app.delete(&format!("/pipelines/{pid}")).await;
     assert!(deleted.status.is_success(), "{}", deleted.text);
