@@ -282,7 +282,9 @@ pub fn nearest_plan(
         distance
     };
     let table = crate::store::vectors::table_name(query.vector_embedding_id);
-    let vector_count = crate::store::vectors::estimated_rows_sql(&format!("'{table}'::regclass"));
+    let vector_count = query
+        .gate
+        .map(|_| crate::store::vectors::estimated_rows_sql(&format!("'{table}'::regclass")));
     let (sql, values) = trove_query::search::nearest(
         scope,
         &Nearest {
@@ -298,11 +300,14 @@ pub fn nearest_plan(
             threshold,
             fetch: limit_rows,
             with_embeddings,
-            gate: query.gate.map(|gate| trove_query::search::Gate {
-                epoch: gate.epoch,
-                vector_count: (&vector_count, gate.estimated_rows),
-                unrecorded_integer_fields: &gate.unrecorded_integer_fields,
-            }),
+            gate: query
+                .gate
+                .zip(vector_count.as_deref())
+                .map(|(gate, count)| trove_query::search::Gate {
+                    epoch: gate.epoch,
+                    vector_count: (count, gate.estimated_rows),
+                    unrecorded_integer_fields: &gate.unrecorded_integer_fields,
+                }),
         },
     );
     Ok(NearestPlan {
