@@ -16,7 +16,10 @@
 //! estimated vector count the path and the walk were planned from (it follows the table's pages
 //! and `ANALYZE`), and, for a filter comparing integer fields, that no stored version has been
 //! recorded since with a value of them the database cannot convert (rule 6). Full-text
-//! searches read afresh.
+//! searches, and searches of a pipeline whose model embeds on a remote server, read afresh: the
+//! remote call costs far more than the read saved, and must not be made for a key refused
+//! since. A key check that refuses the key (with its right secret) or finds it without read and
+//! execute on the pipeline forgets what was remembered for the pair.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +74,20 @@ impl SearchMemory {
         };
         self.entries
             .insert((key.id, context.pipeline.id), Arc::new(remembered));
+    }
+
+    /// Forgets the read remembered for the request's key on `pipeline_id`, when the request's
+    /// secret opens it (a request without the key's secret cannot make its searches read
+    /// afresh).
+    pub fn forget(&self, credentials: &Credentials<'_>, pipeline_id: Uuid) {
+        let pair = (credentials.key_id, pipeline_id);
+        let opened = self
+            .entries
+            .get(&pair)
+            .is_some_and(|remembered| credentials.open(&remembered.secret_hash, true, None));
+        if opened {
+            self.entries.invalidate(&pair);
+        }
     }
 
     /// The read remembered for the request's key on `pipeline_id`, when the request's secret

@@ -205,27 +205,21 @@ impl SearchApi {
             filters: body.filters.map(|f| f.0),
             distance_strategy: body.distance_strategy.map(DistanceStrategy::from),
         };
-        let (auth, context, query_vector) =
-            match auth {
-                SearchAuth::Checked(Auth(auth), context) => (auth, context, None),
-                SearchAuth::Remembered(remembered) => {
-                    let unanswered =
-                        match service::run_remembered(state, &remembered, pipeline_id.0, &input)
-                            .await
-                        {
-                            Ok(hits) => return Ok(Json(Described::new(hits))),
-                            Err(unanswered) => unanswered,
-                        };
-                    let credentials = key_check::credentials(req.headers())?;
-                    let (auth, context) =
-                        service::check(state, &credentials, pipeline_id.0).await?;
-                    let query_vector = unanswered.query_vector(&context);
-                    (auth, Some(context), query_vector)
+        let (auth, context) = match auth {
+            SearchAuth::Checked(Auth(auth), context) => (auth, context),
+            SearchAuth::Remembered(remembered) => {
+                let answered =
+                    service::run_remembered(state, &remembered, pipeline_id.0, &input).await;
+                if let Some(hits) = answered {
+                    return Ok(Json(Described::new(hits)));
                 }
-            };
+                let credentials = key_check::credentials(req.headers())?;
+                let (auth, context) = service::check(state, &credentials, pipeline_id.0).await?;
+                (auth, Some(context))
+            }
+        };
         let context = context.filter(|c| c.pipeline_id() == pipeline_id.0);
-        let hits =
-            service::run_with(state, &auth, pipeline_id.0, &input, query_vector, context).await?;
+        let hits = service::run_with(state, &auth, pipeline_id.0, &input, None, context).await?;
         Ok(Json(Described::new(hits)))
     }
 }

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use crate::access::AccessLevel;
+use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::auth::key_check::{self, Credentials};
 use crate::auth::search_memory::Remembered;
@@ -239,8 +239,10 @@ pub async fn prefetch(
 }
 
 /// The key check of a search on `pipeline_id` and the pipeline's search context, read in one
-/// statement (see [`prefetch`]); a key check that passes is remembered with the context for
-/// the key's next searches on the pipeline ([`run_remembered`]).
+/// statement (see [`prefetch`]). A key that passes and holds read and execute on the pipeline
+/// is remembered with the context for its next searches there ([`run_remembered`]); otherwise
+/// what was remembered for it is forgotten, so that a refused key's next searches are not
+/// started on it.
 pub async fn check(
     state: &AppState,
     credentials: &Credentials<'_>,
@@ -252,88 +254,64 @@ pub async fn check(
         .ok()
         .and_then(Option::as_ref)
         .map(|(k, _)| k.clone());
-    let auth = key_check::verify(credentials, key, &state.metrics.key_check_unavailable)?;
-    if let (Some(key), Ok(Some(context))) = (read_key, &prefetched.context) {
-        state.search_memory.remember(&key, &auth, context);
+    let verified = key_check::verify(credentials, key, &state.metrics.key_check_unavailable);
+    let needed = AccessLevel::READ.union(AccessLevel::EXECUTE);
+    match (&verified, read_key, &prefetched.context) {
+        (Ok(auth), Some(key), Ok(Some(context)))
+            if auth
+                .object_level(ObjectType::Pipelines, pipeline_id)
+                .contains(needed) =>
+        {
+            state.search_memory.remember(&key, auth, context);
+        }
+        _ => state.search_memory.forget(credentials, pipeline_id),
     }
-    Ok((auth, prefetched))
+    Ok((verified?, prefetched))
 }
 
 /// A similarity or MMR search answered on what an earlier search of the key on the pipeline
-/// read (see `search_memory`). It is not answered when the search is of another kind, or its
-/// statement's gate found the remembered read out of date, or it found no rows, or it failed:
-/// the caller then makes it from a fresh read, with the query's vector computed here.
+/// read (see `search_memory`): `None` when the search is of another kind, or its pipeline's
+/// model embeds on a remote server (a call that costs more than the read saved, and that a key
+/// refused since must not cause), or its statement's gate found the remembered read out of
+/// date, or it found no rows, or it failed; the caller then makes it from a fresh read.
 pub async fn run_remembered(
     state: &AppState,
     remembered: &Remembered,
     pipeline_id: Uuid,
     input: &SearchInput,
-) -> Result<Vec<Value>, Unanswered> {
+) -> Option<Vec<Value>> {
     let context = &remembered.context;
-    let mut unanswered = Unanswered {
-        query_vector: None,
-        epoch: context.search_epoch,
-    };
-    let params = EffectiveParams::from_request(input.params.as_ref());
     let vector_kind = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
-    let wants_vector = params.k > 0 && (input.kind != SearchKind::Mmr || params.fetch_k > 0);
-    if !vector_kind || !wants_vector {
-        return Err(unanswered);
+    let remote_model = context
+        .pipeline
+        .em_provider
+        .as_deref()
+        .and_then(ProviderKind::parse)
+        == Some(ProviderKind::OpenAi);
+    if !vector_kind || remote_model {
+        return None;
     }
-    let (Ok((_, model_id)), Some(stored), Some(_)) = (
-        vector_embedding(&context.pipeline, params.embedding),
-        context.stored_model(),
-        context.ve_estimated_rows,
-    ) else {
-        return Err(unanswered);
-    };
-    let Ok(vector) = embed_query_with(state, &stored, &input.query).await else {
-        return Err(unanswered);
-    };
-    let computed = QueryVector {
-        model_id,
-        vector: vector.clone(),
-    };
-    unanswered.query_vector = Some(QueryVector { model_id, vector });
     let prefetched = Prefetched {
         pipeline_id,
         context: Ok(Some(context.clone())),
         connection: None,
         gate: Some(context.search_epoch),
     };
-    let answer = run_with(
+    match run_with(
         state,
         &remembered.auth,
         pipeline_id,
         input,
-        Some(computed),
+        None,
         Some(prefetched),
     )
-    .await;
-    match answer {
+    .await
+    {
         Ok(hits) if !hits.is_empty() => {
             state.metrics.searches_remembered.inc();
-            Ok(hits)
+            Some(hits)
         }
-        _ => Err(unanswered),
-    }
-}
-
-/// What a search that [`run_remembered`] could not answer leaves to the fresh one.
-pub struct Unanswered {
-    query_vector: Option<QueryVector>,
-    /// The search epoch of the remembered context the vector was computed with.
-    epoch: i64,
-}
-
-impl Unanswered {
-    /// The query's vector, when the fresh read found the same search epoch (so the model that
-    /// computed it is unchanged).
-    pub fn query_vector(self, fresh: &Prefetched) -> Option<QueryVector> {
-        match &fresh.context {
-            Ok(Some(context)) if context.search_epoch == self.epoch => self.query_vector,
-            _ => None,
-        }
+        _ => None,
     }
 }
 

@@ -1267,11 +1267,11 @@ async fn openai_client_batches_and_orders_results() {
     assert!(!format!("{embedder:?}").contains(API_KEY));
 }
 
-/// A remote model embeds a search's query once: a search on a remembered key check that its
-/// statement does not confirm (here: it finds no fragment within the threshold) is made again
-/// from a fresh read with the vector already computed.
+/// A search of a pipeline whose model embeds on a remote server is never answered on a
+/// remembered key check: each search embeds its query once, and a key deactivated since
+/// causes no call to the model server.
 #[tokio::test]
-async fn a_remembered_search_made_again_embeds_its_query_once() {
+async fn searches_with_a_remote_model_check_their_key_before_embedding() {
     let app = spawn_app_with(AppOptions {
         no_worker: true,
         ..AppOptions::default()
@@ -1288,29 +1288,44 @@ async fn a_remembered_search_made_again_embeds_its_query_once() {
         .await;
     let outcome = app.step().await;
     assert_eq!((outcome.stored, outcome.failed), (1, 0), "{outcome:?}");
+    let created = app.create_key_with(json!({"name": "searcher"})).await;
+    let key = crate::helpers::key_of(&created);
+    app.grant(
+        &key.0,
+        json!([{"object_type": "pipelines", "object_id": pid, "permission": 5, "classifications": ["*"]}]),
+    )
+    .await;
     let requests = || fake.lock().expect("state").requests.len();
-    let search = |params: Value| {
-        let (app, pid) = (&app, &pid);
+    let search = || {
+        let (app, pid, key) = (&app, &pid, &key);
         async move {
-            let reply = app
-                .post(
-                    &format!("/pipelines/{pid}/search"),
-                    &json!({"query": "harbours", "type": "similarity",
-                            "classification": "internal", "params": params}),
-                )
-                .await;
-            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-            reply.body.as_array().expect("fragments").len()
+            app.send_as(
+                key,
+                Method::POST,
+                &format!("/pipelines/{pid}/search"),
+                Some(&json!({"query": "harbours", "type": "similarity", "classification": "internal"})),
+            )
+            .await
         }
     };
     let before = requests();
-    let none_within = json!({"k": 5, "threshold": -1.0});
-    assert_eq!(search(none_within.clone()).await, 0);
-    assert_eq!(requests(), before + 1);
-    assert_eq!(search(none_within).await, 0);
-    assert_eq!(requests(), before + 2);
+    for searched in 1..=3 {
+        let reply = search().await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(reply.body.as_array().expect("fragments").len(), 1);
+        assert_eq!(requests(), before + searched);
+    }
     assert_eq!(app.state.metrics.searches_remembered.get(), 0.0);
-    assert_eq!(search(json!({"k": 5})).await, 1);
+    let off = app
+        .patch(&format!("/api-keys/{}", key.0), &json!({"active": false}))
+        .await;
+    assert_eq!(off.status, StatusCode::OK, "{}", off.text);
+    for _ in 0..2 {
+        assert_error(
+            &search().await,
+            StatusCode::UNAUTHORIZED,
+            "Invalid API Key or Secret",
+        );
+    }
     assert_eq!(requests(), before + 3);
-    assert_eq!(app.state.metrics.searches_remembered.get(), 1.0);
 }
