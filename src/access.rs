@@ -38,7 +38,7 @@ impl AccessLevel {
         AccessLevel(needed.0 & !self.0)
     }
 
-    pub fn union(self, other: AccessLevel) -> AccessLevel {
+    pub const fn union(self, other: AccessLevel) -> AccessLevel {
         AccessLevel(self.0 | other.0)
     }
 }

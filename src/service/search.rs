@@ -238,6 +238,18 @@ pub async fn prefetch(
     }
 }
 
+/// What a key needs on a pipeline to search it.
+const SEARCH_ACCESS: AccessLevel = AccessLevel::READ.union(AccessLevel::EXECUTE);
+
+/// Whether the pipeline's model embeds on a remote server.
+fn embeds_remotely(pipeline: &PipelineRow) -> bool {
+    pipeline
+        .em_provider
+        .as_deref()
+        .and_then(ProviderKind::parse)
+        == Some(ProviderKind::OpenAi)
+}
+
 /// The key check of a search on `pipeline_id` and the pipeline's search context, read in one
 /// statement (see [`prefetch`]). A key that passes and holds read and execute on the pipeline
 /// is remembered with the context for its next searches there ([`run_remembered`]); otherwise
@@ -255,12 +267,11 @@ pub async fn check(
         .and_then(Option::as_ref)
         .map(|(k, _)| k.clone());
     let verified = key_check::verify(credentials, key, &state.metrics.key_check_unavailable);
-    let needed = AccessLevel::READ.union(AccessLevel::EXECUTE);
     match (&verified, read_key, &prefetched.context) {
         (Ok(auth), Some(key), Ok(Some(context)))
             if auth
                 .object_level(ObjectType::Pipelines, pipeline_id)
-                .contains(needed) =>
+                .contains(SEARCH_ACCESS) =>
         {
             state.search_memory.remember(&key, auth, context);
         }
@@ -282,13 +293,7 @@ pub async fn run_remembered(
 ) -> Option<Vec<Value>> {
     let context = &remembered.context;
     let vector_kind = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
-    let remote_model = context
-        .pipeline
-        .em_provider
-        .as_deref()
-        .and_then(ProviderKind::parse)
-        == Some(ProviderKind::OpenAi);
-    if !vector_kind || remote_model {
+    if !vector_kind || embeds_remotely(&context.pipeline) {
         return None;
     }
     let prefetched = Prefetched {
@@ -358,11 +363,7 @@ pub async fn run_with(
     // has just worked on this pipeline, and the search takes one connection fewer. A model
     // embedding the query outside the process can take hundreds of milliseconds, during
     // which the connection serves others.
-    let remote_model = pipeline
-        .em_provider
-        .as_deref()
-        .and_then(ProviderKind::parse)
-        == Some(ProviderKind::OpenAi);
+    let remote_model = embeds_remotely(pipeline);
     let connection = match connection {
         Some(connection) if remote_model => {
             connection.park();
@@ -436,14 +437,19 @@ async fn permitted_context(
     pipeline_id: Uuid,
     prefetched: Option<Prefetched>,
 ) -> ApiResult<(SearchContext, Option<Connection>)> {
-    let needed = AccessLevel::READ.union(AccessLevel::EXECUTE);
     Ok(match prefetched {
         Some(prefetched) if prefetched.pipeline_id == pipeline_id => (
-            super::pipelines::require_prefetched(auth, pipeline_id, needed, prefetched.context)?,
+            super::pipelines::require_prefetched(
+                auth,
+                pipeline_id,
+                SEARCH_ACCESS,
+                prefetched.context,
+            )?,
             prefetched.connection,
         ),
         _ => (
-            super::pipelines::require_for_search(&state.pool, auth, pipeline_id, needed).await?,
+            super::pipelines::require_for_search(&state.pool, auth, pipeline_id, SEARCH_ACCESS)
+                .await?,
             None,
         ),
     })
