@@ -9,7 +9,7 @@
 //! threshold refer to `$1` again. The score is always the exact distance. The HNSW index
 //! holds the vectors normalised in half precision and serves `ORDER BY <its key> <=> <$1 made
 //! the same way>` ([`half_precision_cosine`]); the exact path orders by the exact distance
-//! plus zero, which no index serves.
+//! as a fenced subquery's output, which no index serves.
 
 use sea_query::{
     Alias, BinOper, Cond, Condition, Expr, ExprTrait, JoinType, Order, PostgresQueryBuilder, Query,
@@ -104,15 +104,6 @@ impl Distance {
             Self::Cosine => r#"("v"."embedding" <=> $1)"#,
             Self::Euclidean => r#"("v"."embedding" <-> $1)"#,
             Self::NegativeInnerProduct => r#"("v"."embedding" <#> $1)"#,
-        }
-    }
-
-    /// The same distance plus zero: an ordering the HNSW index cannot serve.
-    fn to_first_value_unindexed(self) -> &'static str {
-        match self {
-            Self::Cosine => r#"("v"."embedding" <=> $1) + 0"#,
-            Self::Euclidean => r#"("v"."embedding" <-> $1) + 0"#,
-            Self::NegativeInnerProduct => r#"("v"."embedding" <#> $1) + 0"#,
         }
     }
 }
@@ -295,35 +286,44 @@ fn bound(select: &mut SelectStatement, query: &Nearest<'_>) {
     }
 }
 
-/// The exact path: the scope's keys as an array, their vectors ranked by distance in a
-/// subquery `t`, the first `fetch` joined back to their fragments. The vectors are not joined
-/// to the scope as a table: the planner then chose by its own estimate between key lookups and
-/// a hash over a scan of the whole vector table (a 5 % scope of 59,833: 43–60 ms hashed
-/// against 6–12 ms by key); an array of keys it reads through the key's index.
+/// The exact path: the scope's keys as an array, their vectors' distances computed in a
+/// subquery `d` that its `OFFSET` (0, bound like every value) keeps from being flattened, so
+/// each distance is computed once and no index can serve the ordering on its output; ranked
+/// in `t`, the first `fetch` joined back to their fragments. Ordering by the distance
+/// expression itself computed it twice for each vector, once for the sort key and once for the
+/// score (and a third time under a threshold). The vectors are not joined to the scope as a
+/// table: the planner then chose by its own estimate between key lookups and a hash over a
+/// scan of the whole vector table (a 5 % scope of 59,833: 43–60 ms hashed against 6–12 ms by
+/// key); an array of keys it reads through the key's index.
 fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
     let f = fragments();
-    let (v, t) = (Alias::new("v"), Alias::new("t"));
+    let (v, d, t) = (Alias::new("v"), Alias::new("d"), Alias::new("t"));
+    let (id, score_column) = (Alias::new("id"), Alias::new("score"));
     let table = Alias::new(query.vector_table);
     let mut keys = scoped_select(scope);
     keys.clear_selects().column((f.clone(), Alias::new("id")));
-    let mut ranked = Query::select();
-    ranked
+    let mut distances = Query::select();
+    distances
         .expr_as(
             Expr::col((v.clone(), Alias::new("fragment_id"))),
-            Alias::new("id"),
+            id.clone(),
         )
-        .expr_as(score(query), Alias::new("score"))
+        .expr_as(score(query), score_column.clone())
         .from_as(table.clone(), v.clone())
         .and_where(Expr::cust_with_expr(
             r#""v"."fragment_id" = ANY(ARRAY($1))"#,
             keys,
         ))
-        .order_by_expr(
-            Expr::cust(query.distance.to_first_value_unindexed()),
-            Order::Asc,
-        )
+        .offset(0);
+    let mut ranked = Query::select();
+    ranked
+        .columns([(d.clone(), id), (d.clone(), score_column.clone())])
+        .from_subquery(distances, d.clone())
+        .order_by((d.clone(), score_column.clone()), Order::Asc)
         .limit(query.fetch.rows());
-    bound(&mut ranked, query);
+    if let Some(threshold) = query.threshold {
+        ranked.and_where(Expr::col((d, score_column)).lte(threshold));
+    }
     let mut select = Query::select();
     select
         .columns(HIT_COLUMNS.map(|c| (f.clone(), Alias::new(c))))

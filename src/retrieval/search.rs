@@ -663,10 +663,12 @@ mod tests {
                 gate: None,
             };
             let plan = nearest_plan(&scope, &query, None, 5, false).expect("plan");
-            let (_, order) = plan.sql.split_once("ORDER BY").expect("ordered");
+            // The distance is computed in a subquery that is not flattened (its OFFSET, bound
+            // as 0), and ranked on that subquery's output.
+            let (distances, ranked) = plan.sql.split_once(") OFFSET $").expect("fenced");
             assert!(
-                order.contains(&format!("(\"v\".\"embedding\" {operator} $"))
-                    && order.contains(") + 0 ASC"),
+                distances.contains(&format!("\"v\".\"embedding\" {operator} $1 AS \"score\""))
+                    && ranked.contains("ORDER BY \"d\".\"score\" ASC"),
                 "{}",
                 plan.sql
             );
