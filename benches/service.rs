@@ -1135,6 +1135,14 @@ fn print_targets(n: usize, ingestion: &[Ingestion], searches: &Searches, recalls
             }
         );
     }
+    // The same ratio where both kinds were searched in the same seconds (the machine's speed
+    // drifts between scenarios measured a minute apart).
+    let interleaved = |samples: &[Vec<Duration>]| pct(&samples[2], 50.0) / pct(&samples[0], 50.0);
+    println!(
+        "    the same ratio within the first window {:.2}, within the same mix later {:.2}",
+        interleaved(&searches.window),
+        interleaved(&searches.late_window)
+    );
     let c = &plain.concurrent;
     let searches_per_s = rate(&c.http, c.http_wall);
     println!(
