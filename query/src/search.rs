@@ -5,11 +5,11 @@
 //! walk's LIMIT when it is a constant of the caller's code ([`Fetch::Constant`]).
 //!
 //! A nearest-neighbour statement binds the query vector once, as its first value (`$1`): the
-//! score in the SELECT list is the first expression holding a value, and the ordering and the
+//! score in the SELECT list is the first expression holding a value, and a walk's ordering and
 //! threshold refer to `$1` again. The score is always the exact distance. The HNSW index
 //! holds the vectors normalised in half precision and serves `ORDER BY <its key> <=> <$1 made
-//! the same way>` ([`half_precision_cosine`]); the exact path orders by the exact distance
-//! as a fenced subquery's output, which no index serves.
+//! the same way>` ([`half_precision_cosine`]); the exact path orders and bounds the score
+//! where a fenced subquery computed it, an ordering no index serves.
 
 use sea_query::{
     Alias, BinOper, Cond, Condition, Expr, ExprTrait, JoinType, Order, PostgresQueryBuilder, Query,
