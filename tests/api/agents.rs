@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::fake_llm::{Answer, FakeLlm, Reply as FakeReply};
 use crate::helpers::{
     AppOptions, OBJECT_TYPES, Reply, TempFile, TestApp, assert_error, assert_plain,
-    assert_utc_timestamp, is_uuid, key_of, keys_of, run, spawn_app_with,
+    assert_utc_timestamp, is_uuid, key_of, keys_of, run, spawn_app_with, spawn_app_without_worker,
 };
 use crate::llms::{
     RATE_LIMITED, assert_invalid, assert_not_found as assert_llm_not_found, content_type, delta,
@@ -121,11 +121,7 @@ fn with(body: &Value, field: &str, value: Value) -> Value {
 }
 
 async fn app() -> TestApp {
-    spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await
+    spawn_app_without_worker().await
 }
 
 /// Creates an agent with the master key; returns the 201 body.

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::helpers::{
     AppOptions, Reply, TestApp, assert_error, assert_utc_timestamp, is_uuid, spawn_app,
-    spawn_app_with,
+    spawn_app_with, spawn_app_without_worker,
 };
 
 const MODEL_FIELDS: [&str; 9] = [
@@ -1272,11 +1272,7 @@ async fn openai_client_batches_and_orders_results() {
 /// causes no call to the model server.
 #[tokio::test]
 async fn searches_with_a_remote_model_check_their_key_before_embedding() {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let fake: Shared = Arc::default();
     let base_url = fake_openai(fake.clone()).await;
     let model = create(&app, openai_body("remote", &base_url, API_KEY)).await;

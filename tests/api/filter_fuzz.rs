@@ -28,7 +28,7 @@ use sea_query::{Alias, PostgresQueryBuilder, Query};
 use serde_json::{Map, Value, json};
 use trove_query::filter::{self, Filter, TeqExpansions};
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with};
+use crate::helpers::{TestApp, spawn_app_without_worker};
 
 /// The longest a case may take (generous: the machine is shared).
 const CASE_BOUND: Duration = Duration::from_secs(5);
@@ -364,11 +364,7 @@ async fn filters_never_fail_outside_the_interface() {
     let cases = env_number("TROVE_FILTER_FUZZ_CASES", 10_000);
     let http_every = env_number("TROVE_FILTER_FUZZ_HTTP_EVERY", 4).max(1);
     let seed = env_number("TROVE_FILTER_FUZZ_SEED", 0);
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let pid = pipeline(&app).await;
     let schema = schema();
     let mut seed_bytes = [0u8; 32];

@@ -5,16 +5,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with};
-
-/// An app whose worker is driven by the test.
-async fn app_without_worker() -> TestApp {
-    spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await
-}
+use crate::helpers::{TestApp, spawn_app_without_worker};
 
 /// The id of a seeded object by name.
 async fn seeded_id(app: &TestApp, path: &str, name: &str) -> String {
@@ -55,7 +46,7 @@ async fn step(app: &TestApp) -> trove::ingest::worker::StepOutcome {
 
 #[tokio::test]
 async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
-    let app = app_without_worker().await;
+    let app = spawn_app_without_worker().await;
     let pipeline = create_pipeline(&app, json!({})).await;
     let pid = pipeline["id"].as_str().unwrap();
     assert!(pipeline["default_vector_embedding_id"].is_string());
@@ -140,7 +131,7 @@ async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
 
 #[tokio::test]
 async fn versions_expire_older_ones_when_processed() {
-    let app = app_without_worker().await;
+    let app = spawn_app_without_worker().await;
     let pipeline = create_pipeline(&app, json!({})).await;
     let pid = pipeline["id"].as_str().unwrap();
     let submit = |text: &'static str| {
@@ -233,7 +224,7 @@ async fn found_fragments(app: &TestApp, pid: &str, queries: &[&str]) -> Vec<Vec<
 
 #[tokio::test]
 async fn the_worker_analyses_the_tables_a_group_made_stale_and_searches_need_no_later_analysis() {
-    let app = app_without_worker().await;
+    let app = spawn_app_without_worker().await;
     let pipeline = create_pipeline(&app, json!({})).await;
     let pid = pipeline["id"].as_str().unwrap();
     let topics = [

@@ -11,7 +11,9 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, assert_error, spawn_app, spawn_app_with, str_of};
+use crate::helpers::{
+    AppOptions, TestApp, assert_error, spawn_app, spawn_app_with, spawn_app_without_worker, str_of,
+};
 
 /// The models folder `scripts/test` installs (all-MiniLM-L6-v2 from its PyPI wheel).
 fn models_dir() -> PathBuf {
@@ -160,11 +162,7 @@ const DOCS: [(&str, &str); 3] = [
 
 #[tokio::test]
 async fn similarity_search_with_minilm_ranks_by_meaning() {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let pid = app.new_pipeline_id(json!({})).await;
     for (name, text) in DOCS {
         app.submit_text(&pid, name, text).await;
@@ -245,11 +243,7 @@ async fn fragment_texts(app: &TestApp, pid: &str, doc: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_token_splitter_counts_the_models_word_pieces() {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let pid = token_pipeline(&app).await;
     let doc = app.submit_text(&pid, "pieces", PIECES).await;
     assert_eq!(app.step().await.stored, 1);

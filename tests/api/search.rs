@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with};
+use crate::helpers::{AppOptions, TestApp, spawn_app_with, spawn_app_without_worker};
 
 const DOCS: [(&str, &str, &str, i64); 6] = [
     (
@@ -49,11 +49,7 @@ const DOCS: [(&str, &str, &str, i64); 6] = [
 
 /// A pipeline with full-text search, six documents ingested.
 async fn searchable_app() -> (TestApp, String) {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let model = app.get("/embedding-models?name=default").await.body["data"][0]["id"].clone();
     let splitter = app
         .get("/text-splitters?name=recursive-character")
@@ -385,11 +381,7 @@ fn percent_encode(s: &str) -> String {
 /// outside the transitive closure of the names it gave.
 #[tokio::test]
 async fn no_classification_leaks_across_random_hierarchies() {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let model = app.get("/embedding-models?name=default").await.body["data"][0]["id"].clone();
     let splitter = app
         .get("/text-splitters?name=recursive-character")
@@ -562,11 +554,7 @@ async fn euclidean_and_dot_product_on_other_vectors_rank_by_their_own_distance()
     let address = crate::helpers::serve_on_loopback(
         poem::Route::new().at("/v1/embeddings", poem::post(raw_vectors)),
     );
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let model = app
         .post(
             "/embedding-models",
@@ -909,11 +897,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
 #[tokio::test]
 async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline() {
     use trove::retrieval::search::{self, Scope};
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let model = app.create_hash_model("estimate", 16).await;
     let pipeline = app
         .new_pipeline(json!({
@@ -985,11 +969,7 @@ async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline(
 async fn a_filter_on_a_declared_field_reads_through_its_index_unless_the_schema_says_otherwise() {
     use trove::retrieval::cost::Reach;
     use trove::retrieval::search::{self, Scope};
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker().await;
     let model = app.create_hash_model("declared", 16).await;
     let schema = json!({"type": "object", "properties": {
         "category": {"type": "string"}, "name": {"type": "string"}}});
