@@ -272,14 +272,18 @@ impl Target {
     }
 }
 
-/// The statement with index scans disabled: an exact scan.
+/// The statement with index scans disabled: an exact scan. Planned afresh
+/// (`force_custom_plan`): a generic plan the connection cached for the same statement keeps the
+/// index scan it was made with, whatever `enable_indexscan` says now.
 pub async fn exact_search(pool: &PgPool, plan: NearestPlan) -> Vec<(Uuid, f64)> {
     let NearestPlan { sql, arguments, .. } = plan;
     let mut tx = pool.begin().await.expect("begin");
-    sqlx::query("SET LOCAL enable_indexscan = off")
-        .execute(&mut *tx)
-        .await
-        .expect("set");
+    sqlx::raw_sql(
+        "SET LOCAL enable_indexscan = off; SET LOCAL plan_cache_mode = force_custom_plan",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("set");
     let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
         .fetch_all(&mut *tx)
         .await
