@@ -21,7 +21,8 @@
 //!    classifications: similarity k 5; MMR k 5, fetch_k 20; similarity k 5 under the 5 %
 //!    filter `{"category": {"$eq": "c07"}}`; under the 1 % filter
 //!    `{"$and": [{"category": {"$eq": "c07"}}, {"year": {"$eq": 2022}}]}`. First a window of
-//!    5 s taking the four in turn, 250 ms each (the p50 of each over the window), then each
+//!    5 s taking the four in turn, 250 ms each, HTTP searches taking turns with their floor
+//!    (below; the p50 of each over the window, and of each slice), then each
 //!    measured at one client (p50/p99) and 8 clients (searches/s and p50), then the window's
 //!    mix again for as long with other queries (the same turns long after ingestion), then the two
 //!    filters with the declared fields' indexes turned off (`PATCH /pipelines/{id}` with the
@@ -578,24 +579,51 @@ impl Searched {
 /// steady state is measured, one search after another (see [`first_window`]).
 const WINDOW_SLICE: Duration = Duration::from_millis(250);
 
+/// Latencies of a window of searches, by kind: through HTTP, and the same searches' floor.
+struct Window {
+    http: Vec<Vec<Duration>>,
+    floor: Vec<Vec<Duration>>,
+    /// The slice each search of a kind fell in (0 for the first slice of the window).
+    slice: Vec<Vec<usize>>,
+}
+
 /// The searches of the first `seconds`, the four kinds in turn for [`WINDOW_SLICE`] each (20
-/// slices in 5 s, five of each kind): latencies by kind. Taking the kinds in turn search by
-/// search made the filtered ones 20–60 % slower than the same searches one after another,
-/// also long after ingestion (the scope's pages, the same at every search of a filter, leave
-/// the processor's caches between two of them), which is not what the window is to measure.
-async fn first_window(s: &Searched, probes: &[Probe], seconds: u64) -> Vec<Vec<Duration>> {
-    let mut samples = vec![Vec::new(); KINDS.len()];
+/// slices in 5 s, five of each kind), a query through HTTP and then another as its floor, as
+/// the steady state takes turns (so a window that runs slower tells whether Postgres or the
+/// service does). Taking the kinds in turn search by search made the filtered ones 20–60 % slower than
+/// the same searches one after another, also long after ingestion (the scope's pages, the
+/// same at every search of a filter, leave the processor's caches between two of them), which
+/// is not what the window is to measure.
+async fn first_window(s: &Searched, probes: &[Probe], seconds: u64) -> Window {
+    let mut window = Window {
+        http: vec![Vec::new(); KINDS.len()],
+        floor: vec![Vec::new(); KINDS.len()],
+        slice: vec![Vec::new(); KINDS.len()],
+    };
+    let estimates = ScopeEstimates::new();
     let started = Instant::now();
+    let mut rows = None;
     let mut i = 0;
     while started.elapsed() < Duration::from_secs(seconds) {
-        let kind =
-            (started.elapsed().as_millis() / WINDOW_SLICE.as_millis()) as usize % KINDS.len();
+        let slice = (started.elapsed().as_millis() / WINDOW_SLICE.as_millis()) as usize;
+        let kind = slice % KINDS.len();
         let probe = &probes[i % probes.len()];
         let (elapsed, _) = s.http.search(&s.path, &KINDS[kind].body(&probe.text)).await;
-        samples[kind].push(elapsed);
+        window.http[kind].push(elapsed);
+        window.slice[kind].push(slice / KINDS.len());
+        // Read after the first search, which nothing precedes.
+        let rows = match rows {
+            Some(rows) => rows,
+            None => *rows.insert(s.estimated_rows().await),
+        };
+        // Another query than the HTTP search's (half the list apart, as in the steady state):
+        // the same one would find the pages its walk reads still in the processor's caches.
+        let other = &probes[(i + probes.len() / 2) % probes.len()];
+        let search = s.floor_search(KINDS[kind], other, rows);
+        window.floor[kind].push(floor(&s.floor_pool, &estimates, search).await.elapsed);
         i += 1;
     }
-    samples
+    window
 }
 
 /// One scenario's measurements.
@@ -794,11 +822,11 @@ async fn add_indexes(s: &Searched) -> Vec<(&'static str, Duration)> {
 
 /// Everything measured on the searched pipeline.
 struct Searches {
-    /// Latencies of the first window, by kind.
-    window: Vec<Vec<Duration>>,
+    /// The first window.
+    window: Window,
     /// Latencies of the same mix of searches once the steady state has been measured (before
-    /// the metadata indexes), by kind.
-    late_window: Vec<Vec<Duration>>,
+    /// the metadata indexes).
+    late_window: Window,
     /// From the poll seeing the last `success` to the first search.
     first_after: Duration,
     /// When the first search started.
@@ -981,7 +1009,7 @@ fn print_ingestion(rows: &[Ingestion]) {
 }
 
 /// The first window's p50 against the steady p50 (one client) of each kind, and against the
-/// same mix of searches taken again later.
+/// same mix of searches taken again later; the same for the floor.
 fn print_window(searches: &Searches, window: u64) {
     let columns = [
         Column::left("scenario", 28, 0),
@@ -991,31 +1019,63 @@ fn print_window(searches: &Searches, window: u64) {
         Column::right("ratio", 6, 2),
         Column::right("same mix later p50", 18, 2),
         Column::right("ratio", 6, 2),
+        Column::right("floor: first-win", 16, 3),
+        Column::right("steady", 7, 2),
+        Column::right("later", 7, 2),
     ];
     let rows: Vec<Vec<String>> = KINDS
         .iter()
-        .zip(&searches.window)
-        .zip(&searches.late_window)
+        .enumerate()
         .zip(&searches.scenarios)
-        .map(|(((kind, samples), late), steady)| {
-            let (first, late, steady) =
-                (pct(samples, 50.0), pct(late, 50.0), pct(&steady.http, 50.0));
+        .map(|((k, kind), steady)| {
+            let (first, late) = (
+                pct(&searches.window.http[k], 50.0),
+                pct(&searches.late_window.http[k], 50.0),
+            );
+            let steady_p50 = pct(&steady.http, 50.0);
+            let floor_first = pct(&searches.window.floor[k], 50.0);
             vec![
                 kind.name().to_owned(),
-                samples.len().to_string(),
+                searches.window.http[k].len().to_string(),
                 format!("{first:.3}"),
-                format!("{steady:.3}"),
-                format!("{:.2}", first / steady),
+                format!("{steady_p50:.3}"),
+                format!("{:.2}", first / steady_p50),
                 format!("{late:.3}"),
                 format!("{:.2}", first / late),
+                format!("{floor_first:.3}"),
+                format!("{:.3}", pct(&steady.floor, 50.0)),
+                format!("{:.3}", pct(&searches.late_window.floor[k], 50.0)),
             ]
         })
         .collect();
     println!(
-        "\nfirst {window} s after the last success (first search {:.0} ms after the poll saw it; ms):",
+        "\nfirst {window} s after the last success (first search {:.0} ms after the poll saw it; ms; HTTP searches in turns with the floor):",
         searches.first_after.as_secs_f64() * 1000.0
     );
     print_table(&columns, &rows);
+    println!("by slice of the first window, HTTP / floor p50 (ms):");
+    for (k, kind) in KINDS.iter().enumerate() {
+        let w = &searches.window;
+        let slices = w.slice[k].last().map_or(0, |last| last + 1);
+        let by_slice: Vec<String> = (0..slices)
+            .map(|n| {
+                let of = |samples: &[Duration]| -> Vec<Duration> {
+                    samples
+                        .iter()
+                        .zip(&w.slice[k])
+                        .filter(|(_, slice)| **slice == n)
+                        .map(|(d, _)| *d)
+                        .collect()
+                };
+                format!(
+                    "{:.2} / {:.2}",
+                    pct(&of(&w.http[k]), 50.0),
+                    pct(&of(&w.floor[k]), 50.0)
+                )
+            })
+            .collect();
+        println!("  {:<28}{}", kind.name(), by_slice.join("   "));
+    }
 }
 
 const FIRST_LABEL: &str = "first-win p50";
@@ -1098,14 +1158,12 @@ fn print_scenarios(searches: &Searches, recalls: &[f64], clients: usize) {
 fn print_targets(n: usize, ingestion: &[Ingestion], searches: &Searches, recalls: &[f64]) {
     println!("\ntargets (N = {n} documents):");
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
-    for (((kind, samples), late), steady) in KINDS
-        .iter()
-        .zip(&searches.window)
-        .zip(&searches.late_window)
-        .zip(&searches.scenarios)
-    {
-        let first = pct(samples, 50.0);
-        let (alone, mixed) = (first / pct(&steady.http, 50.0), first / pct(late, 50.0));
+    for ((k, kind), steady) in KINDS.iter().enumerate().zip(&searches.scenarios) {
+        let first = pct(&searches.window.http[k], 50.0);
+        let (alone, mixed) = (
+            first / pct(&steady.http, 50.0),
+            first / pct(&searches.late_window.http[k], 50.0),
+        );
         println!(
             "  first-window p50 ≤ 1.2 × steady p50, {}: {alone:.2} against the kind alone: {}; {mixed:.2} against the same mix later: {}",
             kind.name(),
@@ -1137,7 +1195,7 @@ fn print_targets(n: usize, ingestion: &[Ingestion], searches: &Searches, recalls
     }
     // The same ratio where both kinds were searched in the same seconds (the machine's speed
     // drifts between scenarios measured a minute apart).
-    let interleaved = |samples: &[Vec<Duration>]| pct(&samples[2], 50.0) / pct(&samples[0], 50.0);
+    let interleaved = |window: &Window| pct(&window.http[2], 50.0) / pct(&window.http[0], 50.0);
     println!(
         "    the same ratio within the first window {:.2}, within the same mix later {:.2}",
         interleaved(&searches.window),
