@@ -579,7 +579,7 @@ impl Searched {
 /// steady state is measured, one search after another (see [`first_window`]).
 const WINDOW_SLICE: Duration = Duration::from_millis(250);
 
-/// Latencies of a window of searches, by kind: through HTTP, and the same searches' floor.
+/// Latencies of a window of searches, by kind: through HTTP, and the floor's in turns with them.
 struct Window {
     http: Vec<Vec<Duration>>,
     floor: Vec<Vec<Duration>>,
@@ -590,10 +590,10 @@ struct Window {
 /// The searches of the first `seconds`, the four kinds in turn for [`WINDOW_SLICE`] each (20
 /// slices in 5 s, five of each kind), a query through HTTP and then another as its floor, as
 /// the steady state takes turns (so a window that runs slower tells whether Postgres or the
-/// service does). Taking the kinds in turn search by search made the filtered ones 20–60 % slower than
-/// the same searches one after another, also long after ingestion (the scope's pages, the
-/// same at every search of a filter, leave the processor's caches between two of them), which
-/// is not what the window is to measure.
+/// service does). Taking the kinds in turn search by search made the filtered ones 20–60 %
+/// slower than the same searches one after another, also long after ingestion (the scope's
+/// pages, the same at every search of a filter, leave the processor's caches between two of
+/// them), which is not what the window is to measure.
 async fn first_window(s: &Searched, probes: &[Probe], seconds: u64) -> Window {
     let mut window = Window {
         http: vec![Vec::new(); KINDS.len()],
