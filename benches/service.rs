@@ -1309,8 +1309,9 @@ async fn report(trove: &Running, searched: &Searched, measured: &Measured, optio
     print_ingestion(ingestion);
     if let Some(last) = last_success {
         println!(
-            "last version stored (its transaction's start) {:.0} ms before the first search; the poll that saw it took {:.1} ms",
+            "last version stored (its transaction's start) {:.0} ms before the first search (at {}); the poll that saw it took {:.1} ms",
             (searches.first_at - last).num_microseconds().unwrap_or(0) as f64 / 1000.0,
+            searches.first_at.format("%H:%M:%S%.3f UTC"),
             done.poll.as_secs_f64() * 1000.0
         );
     }
