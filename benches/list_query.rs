@@ -7,76 +7,8 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use sea_query::{PostgresQueryBuilder, Query};
 use serde_json::json;
-use trove_query::list::{
-    FieldKind, FieldSpec, FilterOps, ListSpec, build_page_query, encode_cursor, parse_list_query,
-};
-
-/// A spec shaped like the API-key list.
-const FIELDS: &[FieldSpec] = &[
-    FieldSpec {
-        name: "id",
-        column: "id",
-        kind: FieldKind::Uuid,
-        nullable: false,
-        filters: FilterOps::EQ,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "name",
-        column: "name",
-        kind: FieldKind::Text,
-        nullable: false,
-        filters: FilterOps::TEXT_ALL,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "description",
-        column: "description",
-        kind: FieldKind::Text,
-        nullable: true,
-        filters: FilterOps::EQ_CONTAINS,
-        sortable: false,
-    },
-    FieldSpec {
-        name: "active",
-        column: "active",
-        kind: FieldKind::Bool,
-        nullable: false,
-        filters: FilterOps::EQ,
-        sortable: false,
-    },
-    FieldSpec {
-        name: "expiration",
-        column: "expiration",
-        kind: FieldKind::Timestamp,
-        nullable: true,
-        filters: FilterOps::EQ_COMPARE,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "created_at",
-        column: "created_at",
-        kind: FieldKind::Timestamp,
-        nullable: false,
-        filters: FilterOps::EQ_COMPARE,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "updated_at",
-        column: "updated_at",
-        kind: FieldKind::Timestamp,
-        nullable: false,
-        filters: FilterOps::EQ_COMPARE,
-        sortable: true,
-    },
-];
-
-const SPEC: ListSpec = ListSpec {
-    table: "api_keys",
-    fields: FIELDS,
-    echo_unset_filters: false,
-    default_order: &["id"],
-};
+use trove::service::api_keys::API_KEY_LIST;
+use trove_query::list::{build_page_query, encode_cursor, parse_list_query};
 
 /// 20 filters, 3 order fields, a cursor for those fields.
 fn query_string() -> String {
@@ -121,7 +53,7 @@ fn bench_list_query(c: &mut Criterion) {
     let raw = query_string();
     c.bench_function("list_query_20_filters_3_orders", |b| {
         b.iter(|| {
-            let req = parse_list_query(&SPEC, Some(black_box(raw.as_str())), &[]);
+            let req = parse_list_query(&API_KEY_LIST, Some(black_box(raw.as_str())), &[]);
             let Ok(req) = req else {
                 panic!("benchmark query must parse: {req:?}")
             };
@@ -129,7 +61,7 @@ fn bench_list_query(c: &mut Criterion) {
                 .columns([("api_keys", "id"), ("api_keys", "name")])
                 .from("api_keys")
                 .to_owned();
-            black_box(build_page_query(&SPEC, &req, base).build(PostgresQueryBuilder))
+            black_box(build_page_query(&API_KEY_LIST, &req, base).build(PostgresQueryBuilder))
         });
     });
 }
