@@ -650,6 +650,11 @@ impl Worker {
         if let (Some(table), Some(index)) = (vector_table, group.index) {
             log_build(table.vector_embedding_id, index, started, "with a group");
         }
+        if let Err(error) =
+            ingestion::read_back(&self.pool, vector_table, &group.fragment_ids).await
+        {
+            tracing::debug!(%error, pipeline_id = %pipeline_id, "reading a stored group back failed");
+        }
         Ok(group.stored)
     }
 

@@ -187,7 +187,53 @@ pub async fn store_group(
         None => None,
     };
     tx.commit().await?;
-    Ok(StoredGroup { stored, index })
+    Ok(StoredGroup {
+        stored,
+        index,
+        fragment_ids: fragments.ids,
+    })
+}
+
+/// Reads the fragments of a committed group and their vectors once, which records in each row
+/// that its transaction committed (its hint bits). Until a reader does, every search that
+/// meets a row asks the commit log about it, and the first to find it committed writes the
+/// bit into its page: on 62,000 rows of 384 dimensions written by 600 transactions, the first
+/// exact scan of a 5 % scope took 11.5 ms and the next ones 2.8. Reading a group's 2,700 rows
+/// by key takes 2–3 ms a table, with the pages still in memory.
+///
+/// A reader may record a commit only once the log is flushed past it, and past every
+/// asynchronous commit of the transactions numbered near it (Postgres keeps one log position
+/// per 32 transactions): the log is flushed first, so that on a server run with
+/// `synchronous_commit = off` the group's commit and those of other sessions do not hold the
+/// record back.
+pub async fn read_back(
+    pool: &PgPool,
+    vector_table: Option<VectorTable>,
+    fragment_ids: &[Uuid],
+) -> Result<(), sqlx::Error> {
+    if fragment_ids.is_empty() {
+        return Ok(());
+    }
+    let vectors = vector_table.map_or_else(
+        || "0".to_owned(),
+        |table| {
+            format!(
+                "(SELECT count(*) FROM {} WHERE fragment_id = ANY($1))",
+                vectors::table_name(table.vector_embedding_id)
+            )
+        },
+    );
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SELECT pg_logical_emit_message(false, 'trove', '', true)")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM fragments WHERE id = ANY($1)), {vectors}"
+    )))
+    .bind(fragment_ids)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// What [`store_group`] did.
@@ -198,6 +244,8 @@ pub struct StoredGroup {
     /// The deferred index's build, when the group built it: `Ok(false)` when it was no longer
     /// deferred; an error when it failed (the group was stored without it).
     pub index: Option<Result<bool, sqlx::Error>>,
+    /// The fragments stored, for [`read_back`].
+    pub fragment_ids: Vec<Uuid>,
 }
 
 /// Builds the association's deferred index and analyses `fragments` in a group's transaction,
