@@ -653,7 +653,8 @@ impl Worker {
         if let Err(error) =
             ingestion::read_back(&self.pool, vector_table, &group.fragment_ids).await
         {
-            tracing::debug!(%error, pipeline_id = %pipeline_id, "reading a stored group back failed");
+            // The group is stored; its rows only wait for a search to record their commit.
+            tracing::warn!(%error, %pipeline_id, "reading a stored group back failed");
         }
         Ok(group.stored)
     }
