@@ -44,6 +44,18 @@ async fn step(app: &TestApp) -> trove::ingest::worker::StepOutcome {
     worker.step(Duration::from_millis(300)).await.expect("step")
 }
 
+/// Runs worker steps until `documents` versions are stored (ten at most).
+async fn store_all(app: &TestApp, documents: usize) {
+    let mut stored = 0;
+    for _ in 0..10 {
+        stored += step(app).await.stored;
+        if stored == documents {
+            break;
+        }
+    }
+    assert_eq!(stored, documents);
+}
+
 #[tokio::test]
 async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
     let app = spawn_app_without_worker().await;
@@ -248,14 +260,7 @@ async fn the_worker_analyses_the_tables_a_group_made_stale_and_searches_need_no_
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
-    let mut stored = 0;
-    for _ in 0..10 {
-        stored += step(&app).await.stored;
-        if stored == documents {
-            break;
-        }
-    }
-    assert_eq!(stored, documents);
+    store_all(&app, documents).await;
 
     // Right after the step, without waiting for autovacuum (a minute), both tables are
     // analysed: their statistics count every row.
@@ -324,14 +329,7 @@ async fn a_stored_group_is_read_back_so_that_searches_right_after_it_find_its_co
         let text = format!("Ledger page {i}. ").repeat(60);
         app.submit_text(&pid, &format!("d{i}"), &text).await;
     }
-    let mut stored = 0;
-    for _ in 0..10 {
-        stored += step(&app).await.stored;
-        if stored == 12 {
-            break;
-        }
-    }
-    assert_eq!(stored, 12);
+    store_all(&app, 12).await;
     app.submit_text(&pid, "late", "Copper harbour at dawn. ".repeat(5).as_str())
         .await;
     assert_eq!(step(&app).await.stored, 1);
