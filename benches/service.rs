@@ -1345,11 +1345,12 @@ async fn main() {
     let options = Options::parse();
     let servers = app::servers();
     println!(
-        "service bench: documents {:?}, {} clients, {} queries per scenario at 1 client, {} cores, tokio runtime shared by the service, its worker and the clients",
+        "service bench: documents {:?}, {} clients, {} queries per scenario at 1 client, {} cores, tokio runtime shared by the service, its worker and the clients; {}",
         options.docs,
         options.clients,
         options.queries,
-        std::thread::available_parallelism().map_or(0, usize::from)
+        std::thread::available_parallelism().map_or(0, usize::from),
+        app::postgres_memory(&servers.0).await
     );
     let language = Language::new(11);
     for &n in &options.docs {

@@ -25,6 +25,23 @@ pub fn servers() -> (String, String) {
     (admin, nats)
 }
 
+/// The test Postgres's shared memory, for a run's header: `shared_buffers` and whether it
+/// is on huge pages (README, Operations, *Memory*).
+pub async fn postgres_memory(admin: &str) -> String {
+    let read = async {
+        let mut db = PgConnection::connect(admin).await?;
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT current_setting('shared_buffers'), current_setting('huge_pages_status')",
+        )
+        .fetch_one(&mut db)
+        .await
+    };
+    match read.await {
+        Ok((buffers, huge)) => format!("Postgres shared_buffers {buffers}, huge pages {huge}"),
+        Err(e) => format!("Postgres shared memory unknown ({e})"),
+    }
+}
+
 /// A running Trove and what it was started on.
 pub struct Running {
     pub state: AppState,

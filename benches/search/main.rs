@@ -334,10 +334,11 @@ async fn main() {
     let options = Options::parse();
     let (admin, nats) = app::servers();
     println!(
-        "similarity search bench: sizes {:?}, {} queries per scenario, k {K}, {} cores, tokio runtime shared by the service and the clients",
+        "similarity search bench: sizes {:?}, {} queries per scenario, k {K}, {} cores, tokio runtime shared by the service and the clients; {}",
         options.sizes,
         options.queries,
-        std::thread::available_parallelism().map_or(0, usize::from)
+        std::thread::available_parallelism().map_or(0, usize::from),
+        app::postgres_memory(&admin).await
     );
     let mut summaries = Vec::new();
     for &n in &options.sizes {
