@@ -447,7 +447,8 @@ _tb_pg_reserve_huge_pages() {
     need=$(_tb_as_pg "$TROVE_PG_BIN/postgres" -D "$TROVE_PGDATA" -C shared_memory_size_in_huge_pages \
         -c shared_buffers="$buffers" 2>/dev/null) || return 0
     [[ $need =~ ^[0-9]+$ ]] && ((need > 0)) || return 0
-    free=$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo)
+    # Free pages include those reserved for mappings not yet touched (another server's).
+    free=$(awk '/^HugePages_Free:/ { f = $2 } /^HugePages_Rsvd:/ { r = $2 } END { print f - r }' /proc/meminfo)
     total=$(</proc/sys/vm/nr_hugepages)
     ((free < need)) || return 0
     want=$((total + need - free))
