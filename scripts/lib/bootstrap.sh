@@ -435,8 +435,8 @@ _tb_pg_start() {
 # Huge pages for Postgres's shared memory (huge_pages = try, its default, uses them when
 # the system has enough free). On a virtual machine like CI's a random read of memory
 # takes about 265 ns on 4 kB pages against 170 ns on 2 MB ones, and a search reads
-# thousands of shared buffers: the walk and the exact path run 8-15 % faster with one
-# client and 14-28 % with eight (README, Deployment). As root, and unless
+# thousands of shared buffers: the walk and the exact path run 9-14 % faster with one
+# client and 17-31 % with eight (README, Operations). As root, and unless
 # TROVE_PG_HUGE_PAGES=off, the pages Postgres asks for are reserved before it starts:
 # vm.nr_hugepages is raised by the shortfall, which .data/pg-hugepages records for
 # scripts/stop to give back. Anything else (not root, the kernel short of contiguous
