@@ -412,8 +412,11 @@ _tb_pg_start() {
     [[ $buffers =~ ^[0-9]+(kB|MB|GB|TB)?$ ]] ||
         _tb_die "TROVE_PG_SHARED_BUFFERS must be a Postgres size such as 8GB, got '$buffers'"
     opts+=" -c shared_buffers=$buffers"
-    _tb_pg_reserve_huge_pages "$buffers"
-    if [[ ${TROVE_PG_HUGE_PAGES:-try} == off ]]; then opts+=" -c huge_pages=off"; fi
+    if [[ ${TROVE_PG_HUGE_PAGES:-try} == off ]]; then
+        opts+=" -c huge_pages=off"
+    else
+        _tb_pg_reserve_huge_pages "$buffers"
+    fi
     if [[ ! -L $TROVE_PG_LOG ]]; then
         touch "$TROVE_PG_LOG"
         if [[ $EUID -eq 0 ]]; then chown "$TROVE_PG_OS_USER:" "$TROVE_PG_LOG"; fi
@@ -440,10 +443,11 @@ _tb_pg_start() {
 # TROVE_PG_HUGE_PAGES=off, the pages Postgres asks for are reserved before it starts:
 # vm.nr_hugepages is raised by the shortfall, which .data/pg-hugepages records for
 # scripts/stop to give back. Anything else (not root, the kernel short of contiguous
-# memory) leaves Postgres on 4 kB pages, as before.
+# memory) leaves Postgres on 4 kB pages, as before. Called only when TROVE_PG_HUGE_PAGES
+# is try (the default).
 _tb_pg_reserve_huge_pages() {
     local buffers=$1 need free total want got
-    [[ ${TROVE_PG_HUGE_PAGES:-try} == try && $EUID -eq 0 && -w /proc/sys/vm/nr_hugepages ]] || return 0
+    [[ $EUID -eq 0 && -w /proc/sys/vm/nr_hugepages ]] || return 0
     need=$(_tb_as_pg "$TROVE_PG_BIN/postgres" -D "$TROVE_PGDATA" -C shared_memory_size_in_huge_pages \
         -c shared_buffers="$buffers" 2>/dev/null) || return 0
     [[ $need =~ ^[0-9]+$ ]] && ((need > 0)) || return 0
