@@ -667,8 +667,9 @@ mod tests {
             // as 0), and ranked on that subquery's output.
             let (distances, ranked) = plan.sql.split_once(") OFFSET $").expect("fenced");
             assert!(
-                distances.contains(&format!("\"v\".\"embedding\" {operator} $1 AS \"score\""))
-                    && ranked.contains("ORDER BY \"d\".\"score\" ASC"),
+                distances.contains(&format!(
+                    "\"fragments\".\"embedding\" {operator} $1 AS \"score\""
+                )) && ranked.contains("ORDER BY \"d\".\"score\" ASC"),
                 "{}",
                 plan.sql
             );

@@ -243,6 +243,7 @@ pub async fn create(
         store::insert_vector_embedding(&mut tx, vector_embedding_id, id, model_id, dimensions)
             .await?;
         vectors::create_table(&mut tx, vector_embedding_id, dimensions, index).await?;
+        indexes::sync_vector_field_indexes(&mut tx, Some(id)).await?;
     }
     tx.commit().await?;
     store::get(pool, id).await?.ok_or_else(|| not_found(id))
@@ -288,6 +289,7 @@ pub async fn update(
         let mut tx = pool.begin().await?;
         indexes::ensure_field_statistics(&mut tx, &schema).await?;
         indexes::sync_declared_field_indexes(&mut tx).await?;
+        indexes::sync_vector_field_indexes(&mut tx, Some(id)).await?;
         tx.commit().await?;
     }
     store::get(pool, id).await?.ok_or_else(|| not_found(id))

@@ -302,12 +302,21 @@ pub async fn expire(
     .bind(id)
     .fetch_all(&mut *tx)
     .await?;
-    sqlx::query(
-        "UPDATE fragments SET expired_at = now() WHERE document_id = $1 AND expired_at IS NULL",
+    let expired: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE fragments SET expired_at = now() WHERE document_id = $1 AND expired_at IS NULL
+         RETURNING id",
     )
     .bind(id)
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
+    let associations: Vec<Uuid> =
+        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1")
+            .bind(pipeline_id)
+            .fetch_all(&mut *tx)
+            .await?;
+    for vector_embedding_id in associations {
+        super::vectors::expire(&mut tx, vector_embedding_id, &expired).await?;
+    }
     tx.commit().await?;
     let mut rows = rows;
     rows.sort_by_key(|row| std::cmp::Reverse(row.version));

@@ -4,11 +4,7 @@
 //! can use the index under generic plans too.
 
 use chrono::{DateTime, Utc};
-use sea_orm::ActiveValue::NotSet;
-use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set,
-    TransactionTrait,
-};
+use sea_orm::{ColumnTrait, DbErr, EntityTrait, QueryFilter};
 use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, PgConnection};
@@ -58,6 +54,7 @@ const DECLARED_INDEX_PREFIX: &str = "mfidx_";
 /// A declared top-level field of a schema that a filter can compare (not an object), with the
 /// typed expression the filter compiles for it.
 struct DeclaredField {
+    name: String,
     /// A digest of the field and its declared type: the objects Trove keeps on the field are
     /// named from it, one per (type, field), shared by every pipeline declaring it so.
     digest: String,
@@ -75,6 +72,7 @@ fn declared_fields(schema: &serde_json::Value) -> Vec<DeclaredField> {
             let expression = typed_field_expression(field, declared_type)?;
             let digest = Sha256::digest(format!("{declared_type}:{field}").as_bytes());
             Some(DeclaredField {
+                name: field.clone(),
                 digest: digest.iter().take(12).map(|b| format!("{b:02x}")).collect(),
                 expression,
                 indexed: metadata_schema::indexed(schema, property),
@@ -178,6 +176,93 @@ pub async fn sync_declared_field_indexes(conn: &mut PgConnection) -> Result<(), 
     Ok(())
 }
 
+/// The prefix of the indexes on the declared fields of associations' vector tables (see
+/// [`sync_vector_field_indexes`]).
+const VECTOR_FIELD_INDEX_PREFIX: &str = "vf_";
+
+/// The associations (all, or `pipeline_id`'s) with their pipelines' schemas and the fields of
+/// their metadata indexes.
+#[derive(sqlx::FromRow)]
+struct AssociationFields {
+    vector_embedding_id: Uuid,
+    metadata_schema: serde_json::Value,
+    indexed_fields: Vec<String>,
+}
+
+/// Makes the indexes on the live rows of each association's vector table (all of them, or
+/// those of `pipeline_id`) match its pipeline: one per declared field that the pipeline's
+/// schema indexes ([`sync_declared_field_indexes`]) or a metadata index of the pipeline names,
+/// over the field's typed expression, holding the rows where it has a value. An exact search
+/// reads the vectors its filter admits through them (`trove_query::search::nearest`). Those no
+/// longer asked for are dropped. In the caller's transaction, without statement timeout for the
+/// rest of it.
+pub async fn sync_vector_field_indexes(
+    conn: &mut PgConnection,
+    pipeline_id: Option<Uuid>,
+) -> Result<(), sqlx::Error> {
+    lock_field_objects(conn).await?;
+    let associations: Vec<AssociationFields> = sqlx::query_as(
+        "SELECT ve.id AS vector_embedding_id, p.metadata_schema,
+                ARRAY(SELECT i.field FROM pipeline_indexes i WHERE i.pipeline_id = p.id) AS indexed_fields
+         FROM vector_embeddings ve JOIN pipelines p ON p.id = ve.pipeline_id
+         WHERE $1::uuid IS NULL OR p.id = $1",
+    )
+    .bind(pipeline_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut wanted = std::collections::BTreeMap::new();
+    for association in &associations {
+        let table = super::vectors::table_name(association.vector_embedding_id);
+        for field in declared_fields(&association.metadata_schema) {
+            if field.indexed || association.indexed_fields.contains(&field.name) {
+                let name = format!(
+                    "{VECTOR_FIELD_INDEX_PREFIX}{}_{}",
+                    association.vector_embedding_id.simple(),
+                    field.digest
+                );
+                wanted.insert(name, (table.clone(), field.expression));
+            }
+        }
+    }
+    let tables: Vec<String> = associations
+        .iter()
+        .map(|a| super::vectors::table_name(a.vector_embedding_id))
+        .collect();
+    let existing: Vec<String> = sqlx::query_scalar(
+        "SELECT i.relname::text FROM pg_index AS x
+         JOIN pg_class AS i ON i.oid = x.indexrelid
+         JOIN pg_class AS t ON t.oid = x.indrelid
+         WHERE t.relname::text = ANY($1) AND starts_with(i.relname::text, $2)",
+    )
+    .bind(&tables)
+    .bind(VECTOR_FIELD_INDEX_PREFIX)
+    .fetch_all(&mut *conn)
+    .await?;
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    // Names are the prefix, a UUID and a digest (those read back are also checked to be plain
+    // identifiers), tables are rendered from UUIDs and expressions come from
+    // `typed_field_expression`: nothing can alter the statements.
+    let stale = existing.iter().filter(|name| {
+        !wanted.contains_key(*name) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    for name in stale {
+        sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
+            .execute(&mut *conn)
+            .await?;
+    }
+    for (name, (table, expression)) in wanted.iter().filter(|(name, _)| !existing.contains(name)) {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE INDEX IF NOT EXISTS {name} ON {table} ({expression}) \
+             WHERE live AND {expression} IS NOT NULL"
+        )))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 impl From<pipeline_index::Model> for IndexRow {
     fn from(m: pipeline_index::Model) -> Self {
         Self {
@@ -189,49 +274,59 @@ impl From<pipeline_index::Model> for IndexRow {
     }
 }
 
-/// Creates the index row and the expression index, in one transaction (without statement
-/// timeout for the rest of it).
+/// Creates the index row, the expression index on `fragments` and the one on the live rows of
+/// the pipeline's vector table ([`sync_vector_field_indexes`]), in one transaction (without
+/// statement timeout for the rest of it).
 pub async fn create(
     db: &Pool,
     id: Uuid,
     pipeline_id: Uuid,
     field: &str,
     expression: &str,
-) -> Result<IndexRow, DbErr> {
-    let txn = db.orm().begin().await?;
-    let row = pipeline_index::ActiveModel {
-        id: Set(id),
-        pipeline_id: Set(pipeline_id),
-        field: Set(field.to_owned()),
-        created_at: NotSet,
-    }
-    .insert(&txn)
+) -> Result<IndexRow, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let row: IndexRow = sqlx::query_as(
+        "INSERT INTO pipeline_indexes (id, pipeline_id, field) VALUES ($1, $2, $3)
+         RETURNING id, pipeline_id, field, created_at",
+    )
+    .bind(id)
+    .bind(pipeline_id)
+    .bind(field)
+    .fetch_one(&mut *tx)
     .await?;
     // Building the index reads every fragment: it may take longer than the session's
     // statement timeout, which is lifted until the transaction ends.
-    txn.execute_unprepared("SET LOCAL statement_timeout = 0")
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *tx)
         .await?;
     // The name is rendered from a UUID, the expression comes from `typed_field_expression`:
     // neither can alter the statement.
     let name = index_name(id);
-    txn.execute_unprepared(&format!(
+    sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE INDEX {name} ON fragments (pipeline_id, ({expression}))"
-    ))
+    )))
+    .execute(&mut *tx)
     .await?;
-    txn.commit().await?;
-    Ok(row.into())
+    sync_vector_field_indexes(&mut tx, Some(pipeline_id)).await?;
+    tx.commit().await?;
+    Ok(row)
 }
 
-/// Drops an index and deletes its row (the caller's transaction).
+/// Drops an index and deletes its row, and the index on the pipeline's vector table that no
+/// longer has a reason to be (the caller's transaction).
 pub async fn drop_index(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
     let name = index_name(id);
     sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
         .execute(&mut *conn)
         .await?;
-    sqlx::query("DELETE FROM pipeline_indexes WHERE id = $1")
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    let pipeline_id: Option<Uuid> =
+        sqlx::query_scalar("DELETE FROM pipeline_indexes WHERE id = $1 RETURNING pipeline_id")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    if let Some(pipeline_id) = pipeline_id {
+        sync_vector_field_indexes(conn, Some(pipeline_id)).await?;
+    }
     Ok(())
 }
 

@@ -171,17 +171,21 @@ pub async fn store_group(
     if let Some(table) = vector_table
         && !fragments.vectors.is_empty()
     {
-        vectors::insert(
-            &mut tx,
-            table.vector_embedding_id,
-            table.dimensions,
-            &fragments.ids,
-            &fragments.vectors,
-        )
-        .await?;
+        let live: Vec<bool> = fragments.expired.iter().map(Option::is_none).collect();
+        let rows = vectors::NewVectors {
+            ids: &fragments.ids,
+            flat: &fragments.vectors,
+            classifications: &fragments.classifications,
+            metadata: &fragments.metadata,
+            live: &live,
+        };
+        vectors::insert(&mut tx, table.vector_embedding_id, table.dimensions, &rows).await?;
     }
     mark_success(&mut tx, &pending).await?;
-    expire_older_versions(&mut tx, versions, &stored).await?;
+    let expired = expire_older_versions(&mut tx, versions, &stored).await?;
+    if let Some(table) = vector_table {
+        vectors::expire(&mut tx, table.vector_embedding_id, &expired).await?;
+    }
     let index = match builder {
         Some(vector_embedding_id) => Some(build_in_group(&mut tx, vector_embedding_id).await?),
         None => None,
@@ -458,12 +462,12 @@ async fn analyze_in(conn: &mut sqlx::PgConnection, table: GrownTable) -> Result<
     Ok(())
 }
 
-/// Older versions expire now that their successor succeeded.
+/// Older versions expire now that their successor succeeded; returns their fragments.
 async fn expire_older_versions(
     tx: &mut sqlx::PgConnection,
     versions: &[ProcessedVersion<'_>],
     stored: &[bool],
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<Uuid>, sqlx::Error> {
     let (ids, numbers): (Vec<Uuid>, Vec<i64>) = versions
         .iter()
         .zip(stored)
@@ -471,7 +475,7 @@ async fn expire_older_versions(
         .map(|(v, _)| (v.document_id, v.version))
         .unzip();
     if ids.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     sqlx::query(
         "UPDATE documents d SET expired_at = now(), updated_at = now()
@@ -482,16 +486,16 @@ async fn expire_older_versions(
     .bind(&numbers)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(
+    sqlx::query_scalar(
         "UPDATE fragments f SET expired_at = now()
          FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
-         WHERE f.document_id = j.id AND f.version < j.version AND f.expired_at IS NULL",
+         WHERE f.document_id = j.id AND f.version < j.version AND f.expired_at IS NULL
+         RETURNING f.id",
     )
     .bind(&ids)
     .bind(&numbers)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    .fetch_all(&mut *tx)
+    .await
 }
 
 /// The fragments of the stored versions as parallel arrays, for one `unnest` insert.

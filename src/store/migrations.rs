@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "search_epoch",
         sql: include_str!("../../migrations/0014_search_epoch.sql"),
     },
+    Migration {
+        version: 15,
+        name: "scope_in_vector_tables",
+        sql: include_str!("../../migrations/0015_scope_in_vector_tables.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).
@@ -107,7 +112,9 @@ fn checksum(sql: &str) -> Vec<u8> {
     Sha256::digest(sql.as_bytes()).to_vec()
 }
 
-/// Applies every pending migration. Returns how many were applied.
+/// Applies every pending migration, then creates the indexes on declared fields that a vector
+/// table lacks (those of tables that a migration gave the fields' columns:
+/// `indexes::sync_vector_field_indexes`). Returns how many migrations were applied.
 pub async fn migrate(pool: &PgPool) -> Result<usize, MigrateError> {
     let mut conn = pool.acquire().await?;
     // Waiting for another instance's migrations and migrating may take longer than the
@@ -115,7 +122,10 @@ pub async fn migrate(pool: &PgPool) -> Result<usize, MigrateError> {
     sqlx::query("SET statement_timeout = 0")
         .execute(&mut *conn)
         .await?;
-    let migrated = migrate_on(&mut conn).await;
+    let migrated = match migrate_on(&mut conn).await {
+        Ok(applied) => sync_vector_field_indexes(&mut conn).await.map(|()| applied),
+        Err(error) => Err(error),
+    };
     // Back to the session's own value (set when it connected).
     let reset = sqlx::query("RESET statement_timeout")
         .execute(&mut *conn)
@@ -123,6 +133,13 @@ pub async fn migrate(pool: &PgPool) -> Result<usize, MigrateError> {
     let applied = migrated?;
     reset?;
     Ok(applied)
+}
+
+async fn sync_vector_field_indexes(conn: &mut sqlx::PgConnection) -> Result<(), MigrateError> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    super::indexes::sync_vector_field_indexes(&mut tx, None).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// [`migrate`] on a connection without statement timeout.

@@ -499,11 +499,11 @@ pub async fn delete(
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    if let Some(ve) = vector_embedding_id {
-        super::vectors::drop_table(&mut tx, ve).await?;
-    }
     for index in super::indexes::index_ids(&mut tx, id).await? {
         super::indexes::drop_index(&mut tx, index).await?;
+    }
+    if let Some(ve) = vector_embedding_id {
+        super::vectors::drop_table(&mut tx, ve).await?;
     }
     sqlx::query("DELETE FROM fragments WHERE pipeline_id = $1")
         .bind(id)

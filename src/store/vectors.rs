@@ -1,6 +1,15 @@
 //! Vector storage: one table per pipeline–model association, with the model's fixed dimension
 //! and an HNSW index, so that an approximate search scans only that pipeline's vectors.
 //!
+//! Each row also holds what a search's scope tests of its fragment: the classification, the
+//! metadata and whether the fragment is current (`live`; the vectors of expired fragments stay,
+//! as their versions' fragment lists return them). An exact search then reads the scope from
+//! this table alone, through its indexes on the classification and the declared fields
+//! (`store::indexes`), and joins only the nearest to their fragments: a 5 % scope of 59,833
+//! fragments in 2.7–3.1 ms against 4.6–5.4 ms when the scope was read from `fragments` and the
+//! vectors by key. The indexes, the HNSW index included, hold the live rows only, so expiring
+//! a fragment (a new row version, as every row page is full) adds nothing to them.
+//!
 //! DDL cannot bind identifiers or type modifiers. The only values that reach the text below
 //! are a UUID rendered as 32 hex digits and an integer dimension checked to be 1..=2000, so no
 //! input can change the statement's shape.
@@ -41,17 +50,23 @@ pub fn estimated_rows_sql(oid: &str) -> String {
 /// bytes a dimension), on 59,833 fragments of 384 dimensions: half the index's size (58 MB
 /// against 117), its build 8.1 s against 9.1, the walk 10–13 % more searches/s at 8 clients
 /// and recall@5 the same (0.980 against 0.983 at a list of 150, 0.966 against 0.962 at 100).
+/// It holds the live rows only (a walk tests `live`).
 pub fn hnsw_index_sql(table: &str, dimensions: u32, params: HnswParams) -> String {
     format!(
         "CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw ({} halfvec_cosine_ops) \
-         WITH (m = {}, ef_construction = {})",
+         WITH (m = {}, ef_construction = {}) WHERE live",
         trove_query::search::half_precision_cosine_key("embedding", dimensions),
         params.m(),
         params.ef_construction()
     )
 }
 
-/// Creates the table and its HNSW index.
+/// The DDL of the index on the classification of the live rows of `table`.
+pub fn classification_index_sql(table: &str) -> String {
+    format!("CREATE INDEX IF NOT EXISTS {table}_class ON {table} (classification) WHERE live")
+}
+
+/// Creates the table, its HNSW index and its classification index.
 pub async fn create_table(
     conn: &mut PgConnection,
     vector_embedding_id: Uuid,
@@ -67,10 +82,15 @@ pub async fn create_table(
     sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE TABLE {table} (
             fragment_id uuid PRIMARY KEY REFERENCES fragments (id) ON DELETE CASCADE,
-            embedding   vector({dimensions}) NOT NULL
+            embedding      vector({dimensions}) NOT NULL,
+            classification text NOT NULL,
+            metadata       jsonb NOT NULL,
+            live           boolean NOT NULL
         );
+        {};
         {};",
-        hnsw_index_sql(&table, dimensions.unsigned_abs(), index)
+        hnsw_index_sql(&table, dimensions.unsigned_abs(), index),
+        classification_index_sql(&table)
     )))
     .execute(conn)
     .await?;
@@ -383,20 +403,30 @@ pub fn all_unit(flat: &[f32], dimensions: usize) -> bool {
         })
 }
 
-/// Inserts the vectors of fragments in one statement: `flat` holds `ids.len()` vectors of
-/// `dimensions` values each, back to back, bound as one `vector[]` (pgvector's binary form).
-/// Vectors that are not of unit length clear the association's `unit_vectors` flag (in the
-/// same transaction).
+/// The fragments whose vectors [`insert`] stores, as parallel columns.
+pub struct NewVectors<'a> {
+    pub ids: &'a [Uuid],
+    /// `ids.len()` vectors of the association's dimension, back to back.
+    pub flat: &'a [f32],
+    pub classifications: &'a [&'a str],
+    pub metadata: &'a [&'a serde_json::Value],
+    /// Whether each fragment is current (not inserted already expired).
+    pub live: &'a [bool],
+}
+
+/// Inserts the vectors of fragments in one statement, the vectors bound as one `vector[]`
+/// (pgvector's binary form). Vectors that are not of unit length clear the association's
+/// `unit_vectors` flag (in the same transaction).
 pub async fn insert(
     conn: &mut PgConnection,
     vector_embedding_id: Uuid,
     dimensions: i32,
-    ids: &[Uuid],
-    flat: &[f32],
+    rows: &NewVectors<'_>,
 ) -> Result<(), sqlx::Error> {
+    let flat = rows.flat;
     debug_assert_eq!(
         flat.len(),
-        ids.len() * usize::try_from(dimensions).unwrap_or(0)
+        rows.ids.len() * usize::try_from(dimensions).unwrap_or(0)
     );
     let table = table_name(vector_embedding_id);
     let width = usize::try_from(dimensions).unwrap_or(0).max(1);
@@ -405,12 +435,15 @@ pub async fn insert(
         .map(|values| Vector::from(values.to_vec()))
         .collect();
     sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO {table} (fragment_id, embedding)
-         SELECT ($1::uuid[])[i], ($2::vector[])[i]
+        "INSERT INTO {table} (fragment_id, embedding, classification, metadata, live)
+         SELECT ($1::uuid[])[i], ($2::vector[])[i], ($3::text[])[i], ($4::jsonb[])[i], ($5::bool[])[i]
          FROM generate_series(1, cardinality($1::uuid[])) AS i"
     )))
-    .bind(ids)
+    .bind(rows.ids)
     .bind(&vectors)
+    .bind(rows.classifications)
+    .bind(rows.metadata)
+    .bind(rows.live)
     .execute(&mut *conn)
     .await?;
     if !all_unit(flat, usize::try_from(dimensions).unwrap_or(0)) {
@@ -421,6 +454,26 @@ pub async fn insert(
         .execute(&mut *conn)
         .await?;
     }
+    Ok(())
+}
+
+/// Marks the vectors of expired fragments not live (the caller's transaction, which expires
+/// the fragments).
+pub async fn expire(
+    conn: &mut PgConnection,
+    vector_embedding_id: Uuid,
+    fragment_ids: &[Uuid],
+) -> Result<(), sqlx::Error> {
+    if fragment_ids.is_empty() {
+        return Ok(());
+    }
+    let table = table_name(vector_embedding_id);
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE {table} SET live = false WHERE fragment_id = ANY($1) AND live"
+    )))
+    .bind(fragment_ids)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -445,7 +498,7 @@ mod tests {
             hnsw_index_sql("vectors_x", 384, HnswParams::new(12, 40).unwrap()),
             "CREATE INDEX IF NOT EXISTS vectors_x_hnsw ON vectors_x USING hnsw \
              ((l2_normalize(embedding)::halfvec(384)) halfvec_cosine_ops) \
-             WITH (m = 12, ef_construction = 40)"
+             WITH (m = 12, ef_construction = 40) WHERE live"
         );
     }
 

@@ -83,7 +83,7 @@ async fn index(app: &TestApp, table: &str) -> (Option<u32>, Option<i32>, Option<
     (oid.and_then(|o| u32::try_from(o).ok()), m, ef)
 }
 
-/// The cosine distances of the `k` nearest stored fragments to `query`, optionally of one
+/// The cosine distances of the `k` nearest current fragments to `query`, optionally of one
 /// year, by an exact scan in SQL.
 async fn exact_distances(
     app: &TestApp,
@@ -97,7 +97,7 @@ async fn exact_distances(
     ));
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT (v.embedding <=> $1)::float8 AS d FROM {table} v JOIN fragments f ON f.id = v.fragment_id
-         WHERE $2::int8 IS NULL OR (f.metadata->>'year')::int8 = $2
+         WHERE f.expired_at IS NULL AND ($2::int8 IS NULL OR (f.metadata->>'year')::int8 = $2)
          ORDER BY d LIMIT $3"
     )))
     .bind(vector)
@@ -455,6 +455,84 @@ async fn migration_13_rebuilds_the_index_in_half_precision_through_the_sweep() {
             "m='10', ef_construction='64'",
             "m='12', ef_construction='40'"
         )
+    );
+    assert_searches_exact(&app, &pid, &table).await;
+}
+
+/// Migration 15 copies each fragment's classification, metadata and currency into its
+/// association's vector table and indexes them: the HNSW index is dropped and recorded, as by
+/// migration 13, and built again on the live rows by the sweep; the indexes on declared fields
+/// are created when the migrations are applied. Searches are exact throughout, the vector of a
+/// replaced version left out.
+#[tokio::test]
+async fn migration_15_copies_the_scope_into_the_vector_table() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 30).await;
+    app.step().await;
+    let replaced = json!({"external_identifier": "d3", "classification": "public",
+                          "metadata": {"year": 2022}, "text": text(3)});
+    app.submit_batch(&pid, vec![replaced]).await;
+    app.step().await;
+    let indexes = |app: &TestApp| {
+        let pool = app.pool.clone();
+        let table = table.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = $1 ORDER BY indexname",
+            )
+            .bind(table)
+            .fetch_all(&pool)
+            .await
+            .expect("indexes")
+        }
+    };
+    let before = indexes(&app).await;
+    assert_eq!(before.len(), 5, "{before:?}");
+
+    // As a database before migration 15: no such columns, an index on every row.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE {table} DROP COLUMN classification, DROP COLUMN metadata, DROP COLUMN live;
+         CREATE INDEX {table}_hnsw ON {table}
+             USING hnsw ((l2_normalize(embedding)::halfvec({DIMENSIONS})) halfvec_cosine_ops)
+             WITH (m = 12, ef_construction = 40);
+         DELETE FROM _trove_migrations WHERE version = 15;"
+    )))
+    .execute(&app.pool)
+    .await
+    .expect("table before migration 15");
+    assert_eq!(indexes(&app).await.len(), 2, "the key and the HNSW index");
+    assert_eq!(
+        trove::store::migrations::migrate(&app.pool).await.unwrap(),
+        1
+    );
+    let (copied, expired): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FILTER (WHERE v.classification = f.classification
+                                  AND v.metadata = f.metadata
+                                  AND v.live = (f.expired_at IS NULL)),
+                count(*) FILTER (WHERE NOT v.live)
+         FROM {table} v JOIN fragments f ON f.id = v.fragment_id"
+    )))
+    .fetch_one(&app.pool)
+    .await
+    .expect("copied columns");
+    assert_eq!((copied, expired), (31, 1));
+    assert_eq!(index(&app, &table).await, (None, Some(12), Some(40)));
+    assert_eq!(indexes(&app).await.len(), 4, "all but the HNSW index");
+    assert_searches_exact(&app, &pid, &table).await;
+
+    app.worker().await.build_idle_deferred_indexes().await;
+    assert_eq!(index(&app, &table).await.1, None, "built by the sweep");
+    let after = indexes(&app).await;
+    assert_eq!(
+        after,
+        before
+            .iter()
+            .map(|d| d.replace(
+                "m='10', ef_construction='64'",
+                "m='12', ef_construction='40'"
+            ))
+            .collect::<Vec<_>>()
     );
     assert_searches_exact(&app, &pid, &table).await;
 }

@@ -1073,3 +1073,164 @@ async fn a_filter_on_a_declared_field_reads_through_its_index_unless_the_schema_
     assert_eq!(estimate.reach, Reach::Scanned, "{estimate:?}");
     assert_exact(&search(&app, &pid, body).await);
 }
+
+/// The exact path reads the scope from the association's vector table, which holds each
+/// fragment's classification, metadata and whether it is current: after new versions move
+/// fragments out of a filter's scope and a document is expired, a search returns the exact
+/// ranking over the current fragments only; the vector table's indexes on declared fields
+/// follow the schema and the metadata indexes, and the ranking stays exact with and without
+/// them.
+#[tokio::test]
+async fn the_exact_path_sees_only_current_fragments_after_new_versions_and_expiry() {
+    let app = spawn_app_without_worker().await;
+    let model = app.create_hash_model("current", 16).await;
+    let schema = json!({"type": "object", "properties": {
+        "category": {"type": "string"}, "name": {"type": "string"}}});
+    let pipeline = app
+        .new_pipeline(json!({
+            "embedding_model_id": model["id"],
+            "classifications": ["public", "internal"],
+            "hierarchy": [["internal", "public"]],
+            "metadata_schema": schema,
+        }))
+        .await;
+    let pid = pipeline["id"].as_str().unwrap().to_owned();
+    let pipeline_id = uuid::Uuid::parse_str(&pid).unwrap();
+    let ve = pipeline["default_vector_embedding_id"].as_str().unwrap();
+    let table = trove::store::vectors::table_name(uuid::Uuid::parse_str(ve).unwrap());
+    let document = |i: usize, category: &str| {
+        json!({"external_identifier": format!("d{i}"),
+               "classification": if (i / 120) % 2 == 1 { "internal" } else { "public" },
+               "metadata": {"category": category, "name": format!("n{i}")},
+               "text": format!("fragment {i} of topic {} and theme {}", i % 7, i % 11)})
+    };
+    for batch in 0..2 {
+        let documents: Vec<Value> = (batch * 600..(batch + 1) * 600)
+            .map(|i| document(i, &format!("c{:03}", i % 120)))
+            .collect();
+        app.submit_batch(&pid, documents).await;
+    }
+    while app.step().await.jobs > 0 {}
+    // New versions move two documents of c007 out of it, and one of its documents expires.
+    app.submit_batch(&pid, vec![document(7, "c008"), document(127, "c008")])
+        .await;
+    while app.step().await.jobs > 0 {}
+    let versions = app
+        .get(&format!(
+            "/pipelines/{pid}/documents?external_identifier=d247"
+        ))
+        .await;
+    assert_eq!(versions.status, StatusCode::OK, "{}", versions.text);
+    let expired_id = versions.body["data"][0]["id"].as_str().unwrap().to_owned();
+    let reply = app
+        .delete(&format!(
+            "/pipelines/{pid}/documents/{expired_id}?expire=true"
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    sqlx::query("ANALYZE fragments")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    // Every vector of an expired fragment is kept, not live; every other one is.
+    let (stale, expired): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FILTER (WHERE v.live = (f.expired_at IS NOT NULL)),
+                count(*) FILTER (WHERE NOT v.live)
+         FROM {table} v JOIN fragments f ON f.id = v.fragment_id"
+    )))
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(stale, 0);
+    assert_eq!(expired, 3);
+
+    let text = "fragment of topic 3 and theme 5";
+    let embedded = app
+        .post(
+            &format!("/embedding-models/{}/query", model["id"].as_str().unwrap()),
+            &json!({"text": text}),
+        )
+        .await;
+    assert_eq!(embedded.status, StatusCode::OK, "{}", embedded.text);
+    let nearest: Vec<(String, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT f.metadata->>'name', v.embedding <=> $1::text::vector FROM fragments f
+         JOIN {table} v ON v.fragment_id = f.id
+         WHERE f.pipeline_id = $2 AND f.expired_at IS NULL AND f.classification = 'public'
+           AND f.metadata->>'category' = 'c007'
+         ORDER BY 2"
+    )))
+    .bind(embedded.body["embedding"].to_string())
+    .bind(pipeline_id)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let names_admitted: Vec<&str> = nearest.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(nearest.len(), 3, "{names_admitted:?}");
+    for gone in ["n7", "n127", "n247"] {
+        assert!(!names_admitted.contains(&gone), "{names_admitted:?}");
+    }
+    let body = json!({"query": text, "type": "similarity", "classification": "public",
+                      "params": {"k": 10}, "filters": {"category": {"$eq": "c007"}}});
+    let assert_exact = |reply: &crate::helpers::Reply| {
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        let mut got: Vec<(String, f64)> = names(reply).into_iter().zip(scores(reply)).collect();
+        got.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        let mut want = nearest.clone();
+        want.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        assert_eq!(got.len(), want.len(), "{}", reply.text);
+        for ((name, score), (wanted, distance)) in got.iter().zip(&want) {
+            assert_eq!(name, wanted, "{}", reply.text);
+            assert!(
+                (score - distance).abs() < 1e-6,
+                "{name}: {score} != {distance}"
+            );
+        }
+    };
+    let vector_field_indexes = || {
+        let pool = app.pool.clone();
+        let table = table.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname LIKE 'vf\\_%'",
+            )
+            .bind(table)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // Both declared fields are indexed by default; without them, and with a metadata index
+    // on one of them, the ranking is the same.
+    assert_eq!(vector_field_indexes().await, 2);
+    assert_exact(&search(&app, &pid, body.clone()).await);
+    let mut unindexed = schema.clone();
+    unindexed["x-trove-index"] = json!(false);
+    let patched = app
+        .patch(
+            &format!("/pipelines/{pid}"),
+            &json!({"metadata_schema": unindexed}),
+        )
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(vector_field_indexes().await, 0);
+    assert_exact(&search(&app, &pid, body.clone()).await);
+    let index = app
+        .post(
+            &format!("/pipelines/{pid}/indexes"),
+            &json!({"field": "category"}),
+        )
+        .await;
+    assert_eq!(index.status, StatusCode::CREATED, "{}", index.text);
+    assert_eq!(vector_field_indexes().await, 1);
+    assert_exact(&search(&app, &pid, body.clone()).await);
+    let reply = app
+        .delete(&format!(
+            "/pipelines/{pid}/indexes/{}",
+            index.body["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert_eq!(vector_field_indexes().await, 0);
+    assert_exact(&search(&app, &pid, body).await);
+}
