@@ -197,15 +197,22 @@ pub async fn copy_corpus(
         copy_documents(db, corpus, target.pipeline_id, splitter_id).await;
     let (copied_fragments, t_fragments) = copy_fragments(db, corpus, target.pipeline_id).await;
     let started = Instant::now();
-    let fragments = &corpus.fragments;
+    let (documents, fragments) = (&corpus.documents, &corpus.fragments);
     let copied_vectors = copy_binary(
         db,
-        &format!("COPY {table} (fragment_id, embedding) FROM STDIN (FORMAT binary)"),
+        &format!(
+            "COPY {table} (fragment_id, embedding, classification, metadata, live) FROM STDIN (FORMAT binary)"
+        ),
         fragments.len(),
         |b, i| {
-            b.row(2);
-            b.uuid(fragments[i].0);
+            let (id, d, _) = fragments[i];
+            let d = d as usize;
+            b.row(5);
+            b.uuid(id);
             b.vector(corpus.vectors.vector(i as u32));
+            b.bytes(classification(d).as_bytes());
+            b.jsonb(&metadata(documents[d].2, d));
+            b.boolean(true);
         },
     )
     .await;
