@@ -120,7 +120,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
     Floor {
         elapsed,
         hits,
-        exact: path == NearestPath::Exact,
+        exact: path != NearestPath::Index,
         selectivity,
     }
 }

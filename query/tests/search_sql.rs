@@ -11,7 +11,9 @@ mod filter_common;
 use sea_query::{Condition, PostgresQueryBuilder, SelectStatement, Values};
 use trove_query::classification::{ClassificationRequest, SearchType, resolve};
 use trove_query::filter::{self, TeqExpansions};
-use trove_query::search::{Distance, Fetch, Gate, Nearest, Scope, full_text, nearest, scope_rows};
+use trove_query::search::{
+    Distance, ExactScope, Fetch, Gate, Nearest, Scope, full_text, nearest, scope_rows,
+};
 use uuid::Uuid;
 
 const PIPELINE: Uuid = Uuid::from_u128(0x0190_a0f1_7f5e_7c3a_9d5b_3a1f_2e4d_5c6b);
@@ -51,7 +53,7 @@ fn scope<'a>(classifications: &'a [String], filter: Option<Condition>) -> Scope<
     }
 }
 
-fn similarity(distance: Distance, order: Distance, exact: bool) -> Nearest<'static> {
+fn similarity(distance: Distance, order: Distance, exact: Option<ExactScope>) -> Nearest<'static> {
     Nearest {
         vector_table: TABLE,
         vector: &[0.6, 0.8],
@@ -79,7 +81,7 @@ fn similarity_statements() {
         "cosine, HNSW walk, k 5",
         &nearest(
             &plain,
-            &similarity(Distance::Cosine, Distance::Cosine, false),
+            &similarity(Distance::Cosine, Distance::Cosine, None),
         ),
     );
     snapshot_built(
@@ -87,10 +89,10 @@ fn similarity_statements() {
         "euclidean score on unit vectors: ordered by the indexed cosine distance",
         &nearest(
             &plain,
-            &similarity(Distance::Euclidean, Distance::Cosine, false),
+            &similarity(Distance::Euclidean, Distance::Cosine, None),
         ),
     );
-    let mut gated = similarity(Distance::Cosine, Distance::Cosine, false);
+    let mut gated = similarity(Distance::Cosine, Distance::Cosine, None);
     gated.gate = Some(Gate {
         epoch: 7,
         vector_count: ("vector_count()", 1200.0),
@@ -101,7 +103,7 @@ fn similarity_statements() {
         "cosine, HNSW walk, k 5, only while the search epoch is 7 and the vectors 1,200",
         &nearest(&plain, &gated),
     );
-    let mut rebuilding = similarity(Distance::Cosine, Distance::Cosine, false);
+    let mut rebuilding = similarity(Distance::Cosine, Distance::Cosine, None);
     rebuilding.index_dimensions = None;
     snapshot_built(
         "search_similarity_index_rebuilding",
@@ -111,7 +113,7 @@ fn similarity_statements() {
     let mut bounded = similarity(
         Distance::NegativeInnerProduct,
         Distance::NegativeInnerProduct,
-        false,
+        None,
     );
     bounded.threshold = Some(-0.5);
     snapshot_built(
@@ -124,7 +126,11 @@ fn similarity_statements() {
         "cosine, exact path (an ordering the index cannot serve)",
         &nearest(
             &plain,
-            &similarity(Distance::Cosine, Distance::Cosine, true),
+            &similarity(
+                Distance::Cosine,
+                Distance::Cosine,
+                Some(ExactScope::VectorTable),
+            ),
         ),
     );
     let filtered = scope(
@@ -135,17 +141,23 @@ fn similarity_statements() {
         )),
     );
     // A restricted scope fetches k rows, a count of the request: bound.
-    let mut k5 = similarity(Distance::Cosine, Distance::Cosine, false);
+    let mut k5 = similarity(Distance::Cosine, Distance::Cosine, None);
     k5.fetch = Fetch::Bound(5);
     snapshot_built(
         "search_similarity_filter",
         r#"cosine, HNSW walk, k 5, filter {"year": {"$ge": 2020}}"#,
         &nearest(&filtered, &k5),
     );
-    k5.exact = true;
+    k5.exact = Some(ExactScope::Fragments);
+    snapshot_built(
+        "search_similarity_filter_exact_by_key",
+        r#"cosine, exact path, k 5, filter {"year": {"$ge": 2020}} tested in `fragments` (no index serves it), the vectors read by key"#,
+        &nearest(&filtered, &k5),
+    );
+    k5.exact = Some(ExactScope::VectorTable);
     snapshot_built(
         "search_similarity_filter_exact",
-        r#"cosine, exact path, k 5, filter {"year": {"$ge": 2020}}"#,
+        r#"cosine, exact path, k 5, filter {"year": {"$ge": 2020}} tested in the vector table"#,
         &nearest(&filtered, &k5),
     );
     let year = ["year".to_owned()];
@@ -164,7 +176,7 @@ fn similarity_statements() {
 #[test]
 fn mmr_candidates_carry_their_embeddings() {
     let classifications = public();
-    let mut candidates = similarity(Distance::Cosine, Distance::Cosine, false);
+    let mut candidates = similarity(Distance::Cosine, Distance::Cosine, None);
     candidates.fetch = Fetch::Bound(50);
     candidates.with_embeddings = true;
     candidates.threshold = Some(0.8);
@@ -173,10 +185,10 @@ fn mmr_candidates_carry_their_embeddings() {
         "MMR candidates: fetch_k 50, with embeddings, threshold 0.8",
         &nearest(&scope(&classifications, None), &candidates),
     );
-    candidates.exact = true;
+    candidates.exact = Some(ExactScope::VectorTable);
     snapshot_built(
         "search_mmr_candidates_exact",
-        "MMR candidates on the exact path: keys ranked, then fragments and vectors joined back",
+        "MMR candidates on the exact path: the vector table's rows ranked, then fragments and vectors joined back",
         &nearest(&scope(&classifications, None), &candidates),
     );
 }
@@ -247,7 +259,7 @@ fn classification_forms_reach_the_statement_as_names() {
             &format!("{request:?}"),
             &nearest(
                 &scope(&names, None),
-                &similarity(Distance::Cosine, Distance::Cosine, false),
+                &similarity(Distance::Cosine, Distance::Cosine, None),
             ),
         );
     }
@@ -273,7 +285,7 @@ fn the_scope_estimate_selects_nothing_but_keeps_every_condition() {
 fn the_vector_is_the_first_value_and_bound_once() {
     let classifications = public();
     let filter = condition(r#"{"year": {"$ge": 2020}}"#, &TeqExpansions::new());
-    let mut query = similarity(Distance::Euclidean, Distance::Cosine, false);
+    let mut query = similarity(Distance::Euclidean, Distance::Cosine, None);
     query.threshold = Some(1.0);
     let (sql, values) = nearest(&scope(&classifications, Some(filter)), &query);
     assert!(

@@ -188,7 +188,10 @@ pub fn choose(vectors: f64, scope: Option<ScopeEstimate>, limit: u64) -> Nearest
     let share = selectivity(vectors, scope);
     match walk(vectors, Some(share), limit) {
         Some(walk) if walk_cost(walk, share) < exact_cost(vectors, scope) => NearestPath::Index,
-        _ => NearestPath::Exact,
+        _ => match scope.reach {
+            Reach::Indexed => NearestPath::Exact,
+            Reach::Scanned => NearestPath::ExactScan,
+        },
     }
 }
 
@@ -242,24 +245,33 @@ mod tests {
     #[test]
     fn scopes_too_rare_for_the_walk_are_exact_whatever_they_cost() {
         // Under 4 % without an index: a list of 1,000 would hold fewer than 8 times the rows.
-        assert_eq!(choose(58_841.0, scanned(2_300.0), 5), NearestPath::Exact);
+        assert_eq!(
+            choose(58_841.0, scanned(2_300.0), 5),
+            NearestPath::ExactScan
+        );
         // 1 % of 100,000 and of 1,000,000 without an index.
-        assert_eq!(choose(100_000.0, scanned(1_000.0), 5), NearestPath::Exact);
+        assert_eq!(
+            choose(100_000.0, scanned(1_000.0), 5),
+            NearestPath::ExactScan
+        );
         assert_eq!(
             choose(1_000_000.0, scanned(10_000.0), 5),
-            NearestPath::Exact
+            NearestPath::ExactScan
         );
         // 10 % with k 50 (or MMR's fetch_k 50).
-        assert_eq!(choose(100_000.0, scanned(10_000.0), 50), NearestPath::Exact);
-        assert_eq!(choose(100_000.0, scanned(0.0), 5), NearestPath::Exact);
+        assert_eq!(
+            choose(100_000.0, scanned(10_000.0), 50),
+            NearestPath::ExactScan
+        );
+        assert_eq!(choose(100_000.0, scanned(0.0), 5), NearestPath::ExactScan);
     }
 
     #[test]
     fn small_pipelines_are_searched_exactly() {
-        assert_eq!(choose(6.0, scanned(2.0), 3), NearestPath::Exact);
-        assert_eq!(choose(2_000.0, scanned(100.0), 5), NearestPath::Exact);
+        assert_eq!(choose(6.0, scanned(2.0), 3), NearestPath::ExactScan);
+        assert_eq!(choose(2_000.0, scanned(100.0), 5), NearestPath::ExactScan);
         // Unknown vector count (never analysed): the scope's own size stands for it.
-        assert_eq!(choose(-1.0, scanned(500.0), 5), NearestPath::Exact);
+        assert_eq!(choose(-1.0, scanned(500.0), 5), NearestPath::ExactScan);
     }
 
     #[test]

@@ -63,7 +63,7 @@ use super::cost::{CONSTANT_FETCHES, MAX_EF_SEARCH, Reach, ScopeEstimate, Walk};
 use crate::store::SESSION_EF_SEARCH;
 
 pub use trove_query::search::Scope;
-use trove_query::search::{Distance, Fetch, Nearest};
+use trove_query::search::{Distance, ExactScope, Fetch, Nearest};
 
 /// The vector side of a search: which association's vectors, the query's vector, how
 /// distance is measured, and what the search knows of the stored vectors.
@@ -112,8 +112,13 @@ pub enum NearestPath {
     /// walking the graph until enough rows pass the scope's conditions.
     Index,
     /// The distance of every fragment the scope admits, sorted: exact, and the faster path
-    /// when the scope admits few fragments or an index yields them.
+    /// when the scope admits few fragments or an index yields them. The scope is read from
+    /// the vector table's copy of its conditions, through its indexes.
     Exact,
+    /// [`Self::Exact`] where no index serves the scope's conditions: they are tested on each
+    /// of the pipeline's fragments in `fragments`, a quarter of the vector table's bytes, and
+    /// the admitted vectors read by key.
+    ExactScan,
 }
 
 /// The planner's view of a scope: `EXPLAIN` of the scope's conditions alone, planned with the
@@ -265,8 +270,12 @@ pub fn nearest_plan(
             "the max-inner-product distance strategy is not supported".to_owned(),
         ));
     };
-    let exact = query.path == NearestPath::Exact;
-    let walk = (!exact).then(|| index_walk(query, limit));
+    let exact = match query.path {
+        NearestPath::Index => None,
+        NearestPath::Exact => Some(ExactScope::VectorTable),
+        NearestPath::ExactScan => Some(ExactScope::Fragments),
+    };
+    let walk = exact.is_none().then(|| index_walk(query, limit));
     let fetch = walk.map_or(limit, |w| w.fetch);
     // An unrestricted walk fetching one of the code's constants writes it into the statement,
     // whose generic plan Postgres then reuses instead of planning each search again.

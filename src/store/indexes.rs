@@ -252,6 +252,7 @@ pub async fn sync_vector_field_indexes(
             .execute(&mut *conn)
             .await?;
     }
+    let mut grown = std::collections::BTreeSet::new();
     for (name, (table, expression)) in wanted.iter().filter(|(name, _)| !existing.contains(name)) {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE INDEX IF NOT EXISTS {name} ON {table} ({expression}) \
@@ -259,6 +260,15 @@ pub async fn sync_vector_field_indexes(
         )))
         .execute(&mut *conn)
         .await?;
+        grown.insert(table);
+    }
+    // The planner estimates a condition on an index's expression from statistics that only an
+    // analysis of the table gathers: without them a 1 % filter on two fields of 59,833
+    // vectors took 7.9 ms, against 2.3 with them.
+    for table in grown {
+        sqlx::raw_sql(AssertSqlSafe(format!("ANALYZE {table}")))
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }
