@@ -7,10 +7,12 @@
 //! association's vector count both costs are estimated in microseconds, and the cheaper path
 //! is taken among those that keep recall@k near exact.
 //!
-//! - **Exact**: every fragment the scope reads, at [`READ_SCANNED_US`] when the scope's
-//!   conditions are tested on each of the pipeline's fragments (no index serves them) or
-//!   [`READ_INDEXED_US`] when an index (a metadata index, the classification index) yields
-//!   just the admitted ones, plus [`DISTANCE_US`] per admitted fragment.
+//! - **Exact**: when an index (on a declared field, a metadata index, the classification)
+//!   yields just the admitted fragments, [`INDEXED_DISTANCE_US`] per admitted vector, read
+//!   with the scope's columns from the vector table through its index; when the scope's
+//!   conditions are tested on each of the pipeline's fragments (no index serves them),
+//!   [`READ_SCANNED_US`] per fragment of `fragments` and [`DISTANCE_US`] per admitted one,
+//!   its vector read by key.
 //! - **Walk**: [`VISIT_US`] per candidate the walk visits, `max(ef_search, fetch / s)` at
 //!   selectivity `s`. The candidate list is sized so that it is expected to hold
 //!   [`FIRST_LIST_MARGIN`] times the rows fetched (on a graph of up to 100,000 vectors; more
@@ -25,12 +27,12 @@
 //!
 //! The constants were measured on a 2-core machine (pgbench, one client, 58,841 fragments of
 //! ~2 KB rows, 384-d vectors, `m` 10): a scan testing a JSON condition on every fragment
-//! 0.45 µs per fragment; reading an admitted fragment through a metadata index 0.5 µs or less
-//! (0.33 µs for the 3,269 fragments of a 5 % scope: 1.07 ms); fetching an admitted
-//! fragment's vector by key and its distance about 1 µs (the exact statement reads the
-//! scope's vectors in key order: 4.1 ms for those 3,269 with their fragments; reading each
-//! vector by its own lookup took about 2 µs, 2.56 ms for 1,000 fragments at 100,000 and 22 ms
-//! for 10,000 at 1,000,000 on the search benchmark); the HNSW walk
+//! 0.45 µs per fragment; fetching an admitted fragment's vector by key and its distance about
+//! 1 µs (the scope's vectors in key order: 4.1 ms for the 3,269 of a 5 % scope with their
+//! fragments; reading each vector by its own lookup took about 2 µs, 2.56 ms for 1,000
+//! fragments at 100,000 and 22 ms for 10,000 at 1,000,000 on the search benchmark); the exact
+//! statement reading a 5 % scope from the vector table through its index 1.5–2.4 ms for about
+//! 3,000 vectors, all of it counted per vector (service benchmark, 59,833 fragments); the HNSW walk
 //! under a 5 % filter 4.8 ms for 20 rows (400 candidates) and 1.5 ms for 5 (100), against
 //! 1.1 ms unfiltered at `ef_search` 100–150.
 
@@ -39,9 +41,10 @@ use crate::store::SESSION_EF_SEARCH;
 
 /// Microseconds to read a fragment and test the scope's conditions on it in a scan.
 pub const READ_SCANNED_US: f64 = 0.45;
-/// Microseconds to read an admitted fragment through an index (random heap access).
-pub const READ_INDEXED_US: f64 = 0.5;
-/// Microseconds to fetch an admitted fragment's vector and compute its distance.
+/// Microseconds to read an admitted vector through the vector table's index on the scope and
+/// compute its distance.
+pub const INDEXED_DISTANCE_US: f64 = 0.65;
+/// Microseconds to fetch an admitted fragment's vector by key and compute its distance.
 pub const DISTANCE_US: f64 = 1.0;
 /// Microseconds per candidate of an HNSW walk, with its fragment read and tested.
 pub const VISIT_US: f64 = 10.0;
@@ -153,11 +156,10 @@ pub fn walk(vectors: f64, selectivity: Option<f64>, limit: u64) -> Option<Walk> 
 /// Microseconds an exact search of the scope costs, for an association of `vectors`.
 pub fn exact_cost(vectors: f64, scope: ScopeEstimate) -> f64 {
     let admitted = scope.admitted.max(0.0);
-    let read = match scope.reach {
-        Reach::Indexed => admitted * READ_INDEXED_US,
-        Reach::Scanned => vectors.max(admitted) * READ_SCANNED_US,
-    };
-    read + admitted * DISTANCE_US
+    match scope.reach {
+        Reach::Indexed => admitted * INDEXED_DISTANCE_US,
+        Reach::Scanned => vectors.max(admitted) * READ_SCANNED_US + admitted * DISTANCE_US,
+    }
 }
 
 /// Microseconds a walk costs at `selectivity`.
@@ -351,5 +353,22 @@ mod tests {
             share,
         );
         assert!((3_000.0..5_000.0).contains(&walked), "{walked}");
+        // Through an index: ~2 ms.
+        let indexed = exact_cost(
+            58_841.0,
+            ScopeEstimate {
+                admitted: 2_942.0,
+                reach: Reach::Indexed,
+            },
+        );
+        assert!((1_500.0..2_500.0).contains(&indexed), "{indexed}");
+    }
+
+    #[test]
+    fn a_tenth_served_by_an_index_is_cheaper_exact_than_walked() {
+        // 6,000 vectors through the field's index (~4 ms) against a list of 500 (~5 ms).
+        assert_eq!(choose(60_000.0, indexed(6_000.0), 5), NearestPath::Exact);
+        // A fifth: 12,000 vectors (~8 ms) against a list of 250.
+        assert_eq!(choose(60_000.0, indexed(12_000.0), 5), NearestPath::Index);
     }
 }

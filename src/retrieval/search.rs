@@ -116,7 +116,7 @@ pub enum NearestPath {
     /// the vector table's copy of its conditions, through its indexes.
     Exact,
     /// [`Self::Exact`] where no index serves the scope's conditions: they are tested on each
-    /// of the pipeline's fragments in `fragments`, a quarter of the vector table's bytes, and
+    /// of the pipeline's fragments in `fragments`, a narrower table than the vector table, and
     /// the admitted vectors read by key.
     ExactScan,
 }
