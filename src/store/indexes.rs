@@ -151,20 +151,9 @@ pub async fn sync_declared_field_indexes(conn: &mut PgConnection) -> Result<(), 
     .bind(DECLARED_INDEX_PREFIX)
     .fetch_all(&mut *conn)
     .await?;
-    sqlx::query("SET LOCAL statement_timeout = 0")
-        .execute(&mut *conn)
-        .await?;
-    // Names are the prefix and a digest (those read back are also checked to be plain
-    // identifiers), expressions come from `typed_field_expression`: nothing can alter the
-    // statements.
-    let stale = existing.iter().filter(|name| {
-        !wanted.contains_key(*name) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    });
-    for name in stale {
-        sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
-            .execute(&mut *conn)
-            .await?;
-    }
+    drop_unwanted(conn, &existing, &wanted).await?;
+    // Names are the prefix and a digest, expressions come from `typed_field_expression`:
+    // nothing can alter the statements.
     for (name, expression) in wanted.iter().filter(|(name, _)| !existing.contains(name)) {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE INDEX IF NOT EXISTS {name} ON fragments (pipeline_id, {expression}) \
@@ -172,6 +161,28 @@ pub async fn sync_declared_field_indexes(conn: &mut PgConnection) -> Result<(), 
         )))
         .execute(&mut *conn)
         .await?;
+    }
+    Ok(())
+}
+
+/// Lifts the statement timeout for the rest of the caller's transaction (building an index
+/// reads a whole table) and drops the indexes of `existing` that `wanted` does not name. Names
+/// read back from the catalog reach the statement only if they are plain identifiers.
+async fn drop_unwanted<V>(
+    conn: &mut PgConnection,
+    existing: &[String],
+    wanted: &std::collections::BTreeMap<String, V>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let stale = existing.iter().filter(|name| {
+        !wanted.contains_key(*name) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    for name in stale {
+        sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }
@@ -238,20 +249,9 @@ pub async fn sync_vector_field_indexes(
     .bind(VECTOR_FIELD_INDEX_PREFIX)
     .fetch_all(&mut *conn)
     .await?;
-    sqlx::query("SET LOCAL statement_timeout = 0")
-        .execute(&mut *conn)
-        .await?;
-    // Names are the prefix, a UUID and a digest (those read back are also checked to be plain
-    // identifiers), tables are rendered from UUIDs and expressions come from
-    // `typed_field_expression`: nothing can alter the statements.
-    let stale = existing.iter().filter(|name| {
-        !wanted.contains_key(*name) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    });
-    for name in stale {
-        sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}")))
-            .execute(&mut *conn)
-            .await?;
-    }
+    drop_unwanted(conn, &existing, &wanted).await?;
+    // Names are the prefix, a UUID and a digest, tables are rendered from UUIDs and expressions
+    // come from `typed_field_expression`: nothing can alter the statements.
     let mut grown = std::collections::BTreeSet::new();
     for (name, (table, expression)) in wanted.iter().filter(|(name, _)| !existing.contains(name)) {
         sqlx::raw_sql(AssertSqlSafe(format!(
