@@ -354,20 +354,13 @@ fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>, source: ExactScope) -> 
 /// ([`distances_by_key`]).
 fn distances_in_vector_table(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
     let f = fragments();
-    let mut distances = Query::select();
+    let mut distances = distances_from(query, f.clone());
     distances
-        .expr_as(
-            Expr::col((f.clone(), Alias::new("fragment_id"))),
-            Alias::new("id"),
-        )
-        .expr_as(score(query, f.clone()), Alias::new("score"))
-        .from_as(Alias::new(query.vector_table), f.clone())
         .and_where(Expr::col((f.clone(), Alias::new("live"))))
         .and_where(
             Expr::col((f, Alias::new("classification")))
                 .is_in(scope.classifications.iter().cloned()),
-        )
-        .offset(0);
+        );
     if let Some(filter) = &scope.filter {
         distances.cond_where(Cond::all().add(filter.clone()));
     }
@@ -388,18 +381,25 @@ fn distances_by_key(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
     let v = Alias::new("v");
     let mut keys = scoped_select(scope);
     keys.clear_selects().column((fragments(), Alias::new("id")));
+    let mut distances = distances_from(query, v);
+    distances.and_where(Expr::cust_with_expr(
+        r#""v"."fragment_id" = ANY(ARRAY($1))"#,
+        keys,
+    ));
+    distances
+}
+
+/// `SELECT fragment_id AS id, <distance> AS score FROM <vector table> AS alias OFFSET 0`, to
+/// which the caller adds the scope's conditions.
+fn distances_from(query: &Nearest<'_>, alias: Alias) -> SelectStatement {
     let mut distances = Query::select();
     distances
         .expr_as(
-            Expr::col((v.clone(), Alias::new("fragment_id"))),
+            Expr::col((alias.clone(), Alias::new("fragment_id"))),
             Alias::new("id"),
         )
-        .expr_as(score(query, v.clone()), Alias::new("score"))
-        .from_as(Alias::new(query.vector_table), v)
-        .and_where(Expr::cust_with_expr(
-            r#""v"."fragment_id" = ANY(ARRAY($1))"#,
-            keys,
-        ))
+        .expr_as(score(query, alias.clone()), Alias::new("score"))
+        .from_as(Alias::new(query.vector_table), alias)
         .offset(0);
     distances
 }
