@@ -505,7 +505,7 @@ struct Searched {
     schema: Value,
     service_pool: PgPool,
     /// The floor's connections, one per client.
-    floor_pool: PgPool,
+    floor_pool: trove::store::Pool,
 }
 
 impl Searched {
@@ -531,10 +531,8 @@ impl Searched {
             pipeline_classifications: context.classification_names.len(),
             schema: context.pipeline.metadata_schema.clone(),
             service_pool: trove.state.pool.pg_pool().clone(),
-            floor_pool: trove::store::connect_lazy(&trove.url, clients as u32)
-                .expect("floor pool")
-                .pg_pool()
-                .clone(),
+            floor_pool: trove::store::connect_lazy(&trove.url, 2 * clients as u32)
+                .expect("floor pool"),
         }
     }
 

@@ -3,13 +3,14 @@
 use std::time::{Duration, Instant};
 
 use sea_query::Condition;
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 use trove::retrieval::cost;
 use trove::retrieval::estimates::ScopeEstimates;
 use trove::retrieval::search::{
     DistanceStrategy, EstimateBasis, NearestPath, Scope, VectorQuery, estimate_scope_cached,
     nearest_plan, run_plan,
 };
+use trove::store::Pool;
 use uuid::Uuid;
 
 /// A vector search (similarity, or the candidates of MMR) with cosine distance, as the
@@ -50,7 +51,7 @@ pub struct Floor {
 /// sessions carry the service's settings) by the service's own `run_plan`; only the run is
 /// timed. Every call the benches make into the plan API of `trove::retrieval::search` for a
 /// floor is here.
-pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearch) -> Floor {
+pub async fn floor(pool: &Pool, estimates: &ScopeEstimates, search: FloorSearch) -> Floor {
     let restricted =
         search.filter.is_some() || search.classifications.len() < search.pipeline_classifications;
     let scope = Scope {
@@ -69,7 +70,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
                  FROM pipelines AS p WHERE p.id = $1",
             )
             .bind(search.pipeline_id)
-            .fetch_one(pool)
+            .fetch_one(pool.pg_pool())
             .await
             .expect("metadata indexes");
         let basis = EstimateBasis {
@@ -92,7 +93,7 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
     let indexed: bool =
         sqlx::query_scalar("SELECT deferred_index_m IS NULL FROM vector_embeddings WHERE id = $1")
             .bind(search.vector_embedding_id)
-            .fetch_one(pool)
+            .fetch_one(pool.pg_pool())
             .await
             .expect("index state");
     let query = VectorQuery {
@@ -108,9 +109,10 @@ pub async fn floor(pool: &PgPool, estimates: &ScopeEstimates, search: FloorSearc
     };
     let plan = nearest_plan(&scope, &query, None, search.limit, search.mmr).expect("statement");
     let started = Instant::now();
-    let mut conn = pool.acquire().await.expect("connection");
+    let mut conn = pool.acquire_warm().await.expect("connection");
     let rows = run_plan(&mut conn, plan).await.expect("search statement");
     let elapsed = started.elapsed();
+    conn.park();
     let mut hits: Vec<(Uuid, f64)> = rows
         .iter()
         .map(|r| (r.get::<Uuid, _>("id"), r.get::<f64, _>("score")))

@@ -151,11 +151,11 @@ async fn respond(bench: &Bench<'_>) -> Samples {
         filter: None,
     };
     let query = target.vector_query(probe, false);
-    let mut conn = state.pool.acquire().await.expect("connection");
+    let mut conn = state.pool.acquire_warm().await.expect("connection");
     let hits = search::similarity(&mut conn, &scope, &query, K as u64, None)
         .await
         .expect("hits");
-    drop(conn);
+    conn.park();
     time_n(ROUNDS, |_| {
         let hits = hits.clone();
         async move {
@@ -263,7 +263,7 @@ async fn filtered(bench: &Bench<'_>) -> [Samples; 4] {
 }
 
 /// The first query's statement alone, `ROUNDS` times on `pool`.
-async fn floor_n(bench: &Bench<'_>, pool: &sqlx::PgPool, filtered: bool) -> Samples {
+async fn floor_n(bench: &Bench<'_>, pool: &trove::store::Pool, filtered: bool) -> Samples {
     let estimates = ScopeEstimates::new();
     let probe = &bench.measured[0];
     let mut samples = Vec::with_capacity(ROUNDS);

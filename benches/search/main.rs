@@ -148,7 +148,7 @@ struct Bench<'a> {
     /// A plain connection to the bench's database (loading, ANALYZE, settings).
     db: PgConnection,
     /// The pool the statements run on alone (`trove::store::connect_lazy`, 4 connections).
-    raw: PgPool,
+    raw: trove::store::Pool,
     target: Target,
     corpus: Corpus,
     warmup: Vec<Probe>,
@@ -189,10 +189,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
     target.choose_paths(&trove.state.pool).await;
     print_server_settings(&mut db).await;
     let (warmup, measured) = probes(&language, options);
-    let raw = trove::store::connect_lazy(&trove.url, 4)
-        .expect("raw pool")
-        .pg_pool()
-        .clone();
+    let raw = trove::store::connect_lazy(&trove.url, 16).expect("raw pool");
     print_session_settings(&raw).await;
     let mut bench = Bench {
         n,

@@ -142,10 +142,7 @@ async fn refresh(bench: &mut Bench<'_>) {
     // plan-cache history of the scenario before (Postgres replans cached plans when an
     // index is added, but the choice between custom and generic plans remembers).
     bench.raw.close().await;
-    bench.raw = trove::store::connect_lazy(&bench.trove.url, 4)
-        .expect("raw pool")
-        .pg_pool()
-        .clone();
+    bench.raw = trove::store::connect_lazy(&bench.trove.url, 16).expect("raw pool");
     let closed: i64 = sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (
              SELECT pid FROM pg_stat_activity

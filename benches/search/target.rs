@@ -255,20 +255,24 @@ impl Target {
         }
     }
 
-    pub async fn library(&self, pool: &PgPool, probe: &Probe, filtered: bool) -> Vec<(Uuid, f64)> {
+    pub async fn library(
+        &self,
+        pool: &trove::store::Pool,
+        probe: &Probe,
+        filtered: bool,
+    ) -> Vec<(Uuid, f64)> {
         let scope = Scope {
             pipeline_id: self.pipeline_id,
             classifications: &self.classifications,
             filter: self.condition(probe, filtered),
         };
         let query = self.vector_query(probe, filtered);
-        let mut conn = pool.acquire().await.expect("connection");
-        search::similarity(&mut conn, &scope, &query, K as u64, None)
+        let mut conn = pool.acquire_warm().await.expect("connection");
+        let hits = search::similarity(&mut conn, &scope, &query, K as u64, None)
             .await
-            .expect("library search")
-            .into_iter()
-            .map(|h| (h.id, h.score))
-            .collect()
+            .expect("library search");
+        conn.park();
+        hits.into_iter().map(|h| (h.id, h.score)).collect()
     }
 }
 

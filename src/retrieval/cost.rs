@@ -70,11 +70,22 @@ pub const MIN_WALK_SHARE: f64 = 0.04;
 /// clients 939–970 against 1,023–1,087 statements/s).
 pub const CONSTANT_FETCHES: [u64; 3] = [5, 10, 20];
 
-/// Vector count up to which [`SESSION_EF_SEARCH`] is enough.
+/// Vector count at which [`SESSION_EF_SEARCH`] keeps recall@5 near 0.97 on an unrestricted
+/// walk.
 const EF_SEARCH_BASE_ROWS: f64 = 100_000.0;
+
+/// Shortest candidate list of an unrestricted walk: on 5,883 fragments (the service benchmark
+/// at 2,000 documents) recall@5 was 0.919 at 40, 0.953 at 60, 0.972 at 80 and 0.989 at 100.
+pub const MIN_EF_SEARCH: u64 = 100;
 
 /// Largest `hnsw.ef_search` a search sets.
 pub const MAX_EF_SEARCH: u64 = 1000;
+
+/// Candidates an unrestricted walk keeps at least per row it fetches, up to
+/// [`SESSION_EF_SEARCH`]: a walk fetching 20 rows (MMR's candidates) keeps the list it was
+/// measured with on smaller graphs too (recall@5 of MMR among the exact 20 nearest 0.92 at 150,
+/// 0.87 at 110 on 59,833 fragments).
+const LIST_PER_FETCHED_ROW: f64 = 7.5;
 
 /// How a scope reaches the fragments it admits, by its plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,26 +112,27 @@ pub struct Walk {
 }
 
 /// The candidate list that keeps recall@5 near 0.97 on an unrestricted walk of `vectors`
-/// vectors: 150 up to 100,000, then growing as `vectors^0.6` (597 at 1,000,000; on the search
-/// benchmark 0.95 at 400, 0.93 at 300).
+/// vectors: [`SESSION_EF_SEARCH`] at 100,000, scaled as `vectors^0.6` on either side (597 at
+/// 1,000,000, on the search benchmark 0.95 at 400 and 0.93 at 300; 110 at 59,833, on the
+/// service benchmark 0.972, against 0.985 at 150 for a third more time), not below
+/// [`MIN_EF_SEARCH`]. An unknown count (0 or negative) gets the list of 100,000.
 fn base_ef_search(vectors: f64) -> f64 {
-    let base = SESSION_EF_SEARCH as f64;
-    if vectors > EF_SEARCH_BASE_ROWS {
-        base * (vectors / EF_SEARCH_BASE_ROWS).powf(0.6)
+    let vectors = if vectors > 0.0 {
+        vectors
     } else {
-        base
-    }
+        EF_SEARCH_BASE_ROWS
+    };
+    SESSION_EF_SEARCH as f64 * (vectors / EF_SEARCH_BASE_ROWS).powf(0.6)
 }
 
-/// Clamps a candidate list to what a search sets.
+/// Clamps a candidate list to `min`..[`MAX_EF_SEARCH`].
 #[expect(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     reason = "the value is clamped to the target range first"
 )]
-fn clamp_ef(ef: f64) -> u64 {
-    ef.round()
-        .clamp(SESSION_EF_SEARCH as f64, MAX_EF_SEARCH as f64) as u64
+fn clamp_ef(ef: f64, min: u64) -> u64 {
+    ef.round().clamp(min as f64, MAX_EF_SEARCH as f64) as u64
 }
 
 /// The walk of a statement returning `limit` rows from an association of `vectors` vectors,
@@ -134,18 +146,25 @@ pub fn walk(vectors: f64, selectivity: Option<f64>, limit: u64) -> Option<Walk> 
                 .into_iter()
                 .find(|&rows| rows >= limit)
                 .unwrap_or(limit);
+            let per_row = (fetch as f64 * LIST_PER_FETCHED_ROW).min(SESSION_EF_SEARCH as f64);
+            let list = base.max(fetch as f64).max(per_row);
             Some(Walk {
-                ef_search: clamp_ef(base.max(fetch as f64)),
+                ef_search: clamp_ef(list, MIN_EF_SEARCH),
                 fetch,
             })
         }
         Some(share) => {
-            // The list an unrestricted search needs on this graph, over the session's, scales
-            // the margin: a larger graph needs a longer list for the same recall.
+            // The margins were measured on graphs whose unrestricted list was the session's:
+            // a larger graph scales them, as it needs a longer list for the same recall; a
+            // smaller one keeps them.
+            let base = base.max(SESSION_EF_SEARCH as f64);
             let per_margin = base / SESSION_EF_SEARCH as f64 * limit as f64 / share.clamp(0.0, 1.0);
             (share >= MIN_WALK_SHARE && per_margin * MIN_LIST_MARGIN <= MAX_EF_SEARCH as f64).then(
                 || Walk {
-                    ef_search: clamp_ef(base.max(per_margin * FIRST_LIST_MARGIN)),
+                    ef_search: clamp_ef(
+                        base.max(per_margin * FIRST_LIST_MARGIN),
+                        SESSION_EF_SEARCH,
+                    ),
                     fetch: limit,
                 },
             )
@@ -289,6 +308,20 @@ mod tests {
             })
         );
         assert_eq!(unrestricted(1_000_000.0, 5).map(|w| w.ef_search), Some(597));
+        // Smaller graphs walk shorter lists, down to MIN_EF_SEARCH; 20 rows (MMR's
+        // candidates) keep the session's list.
+        assert_eq!(unrestricted(59_833.0, 5).map(|w| w.ef_search), Some(110));
+        assert_eq!(unrestricted(59_833.0, 10).map(|w| w.ef_search), Some(110));
+        assert_eq!(unrestricted(59_833.0, 20).map(|w| w.ef_search), Some(150));
+        assert_eq!(
+            unrestricted(5_883.0, 5).map(|w| w.ef_search),
+            Some(MIN_EF_SEARCH)
+        );
+        // An unknown count: the list of 100,000.
+        assert_eq!(
+            unrestricted(0.0, 5).map(|w| w.ef_search),
+            Some(SESSION_EF_SEARCH)
+        );
         assert_eq!(
             unrestricted(1e9, 5).map(|w| w.ef_search),
             Some(MAX_EF_SEARCH)

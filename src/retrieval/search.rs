@@ -60,7 +60,7 @@ pub struct Hit {
 }
 
 use super::cost::{CONSTANT_FETCHES, MAX_EF_SEARCH, Reach, ScopeEstimate, Walk};
-use crate::store::SESSION_EF_SEARCH;
+use crate::store::{self, SESSION_EF_SEARCH};
 
 pub use trove_query::search::Scope;
 use trove_query::search::{Distance, ExactScope, Fetch, Nearest};
@@ -232,15 +232,16 @@ fn scope_estimate(plan: &Value) -> ScopeEstimate {
 pub struct NearestPlan {
     pub sql: String,
     pub arguments: PgArguments,
-    /// The `hnsw.ef_search` the statement needs when it differs from [`SESSION_EF_SEARCH`].
+    /// The `hnsw.ef_search` of the statement's walk (`None`: exact, no walk).
     pub ef_search: Option<u64>,
-    /// The path was chosen for a restricted scope by cost and its list differs from the
-    /// session's (so the statement runs in a transaction anyway): sorts are disabled for the
-    /// statement so that the planner walks the index rather than sorting what a scan of the
-    /// scope returns (the plan it would pick when its estimate of the scope is off), and the
-    /// iterative scan keeps strict order, so the `k` rows fetched are the nearest admitted
-    /// ones the walk found (with `relaxed_order` and LIMIT k, recall@5 stayed at 0.88 under a
-    /// 5 % filter whatever the candidate list, on the service benchmark).
+    /// The path was chosen for a restricted scope by cost and its list is not
+    /// [`SESSION_EF_SEARCH`] (at that list a scope of a fifth or more is walked by the
+    /// planner's own choice): in a transaction of its own, sorts are disabled for the statement
+    /// so that the planner walks the index rather than sorting what a scan of the scope returns
+    /// (the plan it would pick when its estimate of the scope is off), and the iterative scan
+    /// keeps strict order, so the `k` rows fetched are the nearest admitted ones the walk found
+    /// (with `relaxed_order` and LIMIT k, recall@5 stayed at 0.88 under a 5 % filter whatever
+    /// the candidate list, on the service benchmark).
     pub walk_only: bool,
     /// Rows the statement returns at most (its LIMIT); the caller keeps the first `limit`
     /// after sorting.
@@ -322,11 +323,7 @@ pub fn nearest_plan(
     Ok(NearestPlan {
         sql,
         arguments: SqlxValues(values).into_arguments(),
-        ef_search: walk
-            .map(|w| w.ef_search)
-            .filter(|&ef| ef != SESSION_EF_SEARCH),
-        // A transaction is only worth it when the list differs anyway: at the session's list a
-        // scope of a fifth or more is walked by the planner's own choice.
+        ef_search: walk.map(|w| w.ef_search),
         walk_only: walk.is_some_and(|w| w.ef_search != SESSION_EF_SEARCH)
             && query.selectivity.is_some()
             && order == Distance::Cosine,
@@ -335,12 +332,14 @@ pub fn nearest_plan(
 }
 
 /// Runs a plan's statement on a connection of `store::connect_lazy`. Every such connection
-/// starts with `hnsw.iterative_scan = relaxed_order` and `hnsw.ef_search = SESSION_EF_SEARCH`:
-/// iterative index scans keep reading the HNSW index until the rows that pass the filters are
-/// found, so selective filters still return `k` results where they exist. A plan with other
-/// settings runs in a transaction that sets them, in one statement.
+/// starts with `hnsw.iterative_scan = relaxed_order`: iterative index scans keep reading the
+/// HNSW index until the rows that pass the filters are found, so selective filters still
+/// return `k` results where they exist. A walk gives the session its candidate list first,
+/// unless the connection is known to have it (`store::Connection::use_ef_search`: a round trip
+/// once for a run of searches of one pipeline, rather than a transaction for each); a walk
+/// only the index may serve runs in a transaction that sets its settings, in one statement.
 pub async fn run_plan(
-    conn: &mut PgConnection,
+    conn: &mut store::Connection,
     plan: NearestPlan,
 ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
     let NearestPlan {
@@ -350,23 +349,20 @@ pub async fn run_plan(
         walk_only,
         ..
     } = plan;
-    if ef_search.is_none() && !walk_only {
+    if !walk_only {
+        if let Some(ef_search) = ef_search {
+            conn.use_ef_search(ef_search).await?;
+        }
         return sqlx::query_with(AssertSqlSafe(sql), arguments)
-            .fetch_all(conn)
+            .fetch_all(&mut **conn)
             .await;
     }
     let mut tx = conn.begin().await?;
     sqlx::query(
-        "SELECT set_config('hnsw.ef_search', $1, true), set_config('enable_sort', $2, true),
-                set_config('hnsw.iterative_scan', $3, true)",
+        "SELECT set_config('hnsw.ef_search', $1, true), set_config('enable_sort', 'off', true),
+                set_config('hnsw.iterative_scan', 'strict_order', true)",
     )
     .bind(ef_search.unwrap_or(SESSION_EF_SEARCH).to_string())
-    .bind(if walk_only { "off" } else { "on" })
-    .bind(if walk_only {
-        "strict_order"
-    } else {
-        "relaxed_order"
-    })
     .execute(&mut *tx)
     .await?;
     let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
@@ -379,7 +375,7 @@ pub async fn run_plan(
 /// Runs a nearest-neighbour selection of `limit` fragments, with their embeddings when asked,
 /// sorted by distance (`relaxed_order` may return rows slightly out of order).
 async fn nearest(
-    conn: &mut PgConnection,
+    conn: &mut store::Connection,
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     threshold: Option<f64>,
@@ -407,7 +403,7 @@ async fn nearest(
 
 /// Similarity search: the `k` closest fragments within the threshold.
 pub async fn similarity(
-    conn: &mut PgConnection,
+    conn: &mut store::Connection,
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     k: u64,
@@ -423,7 +419,7 @@ pub async fn similarity(
 /// MMR: `fetch_k` candidates by distance, then at most min(k, fetch_k) selected greedily,
 /// returned in distance order.
 pub async fn mmr(
-    conn: &mut PgConnection,
+    conn: &mut store::Connection,
     scope: &Scope<'_>,
     query: &VectorQuery<'_>,
     k: u64,
@@ -605,11 +601,12 @@ mod tests {
             let plan = cosine_plan(limit, rows, selectivity, NearestPath::Index);
             (plan.fetch, plan.ef_search, plan.walk_only)
         };
-        assert_eq!(plan(5, 1000.0, None), (5, None, false));
+        assert_eq!(plan(5, 1000.0, None), (5, Some(100), false));
+        assert_eq!(plan(5, 58_841.0, None), (5, Some(109), false));
         assert_eq!(plan(200, 1000.0, None), (200, Some(200), false));
         assert_eq!(plan(5, 1_000_000.0, None), (5, Some(597), false));
         // A restricted scope fetches k rows with a list sized to its selectivity.
-        assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, None, false));
+        assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, Some(150), false));
         assert_eq!(plan(5, 1_000_000.0, Some(0.5)), (5, Some(597), true));
         // Forced onto the index although too rare for it: the longest list.
         assert_eq!(

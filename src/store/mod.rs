@@ -45,10 +45,11 @@ impl Pool {
     /// Wraps a pool; sea-orm takes its connections from it.
     pub fn new(sqlx: PgPool) -> Self {
         let orm = SqlxPostgresConnector::from_sqlx_postgres_pool(sqlx.clone());
+        let warm = warm::WarmConnections::new(sqlx.options().get_max_connections());
         Self {
             sqlx,
             orm,
-            warm: Arc::default(),
+            warm: Arc::new(warm),
         }
     }
 
@@ -96,7 +97,8 @@ pub type DatabaseError = sqlx::Error;
 pub type EntityError = DbErr;
 
 /// `hnsw.ef_search` of every connection (set at connection start with `hnsw.iterative_scan =
-/// relaxed_order`): the candidate list of an HNSW search. On the 100,000-fragment benchmark
+/// relaxed_order`), and the candidate list of an unrestricted HNSW search of 100,000 vectors
+/// (a search sets the list its walk needs, `retrieval::cost::walk`). On the 100,000-fragment benchmark
 /// (`benches/search/`) with the default graph (`m` 10), 100 gave a recall@5 of 0.94 and 150
 /// gives 0.965 in 2.0 ms, what `m` 16 reaches at 100 in the same time (pgvector's default of
 /// 40 gave 0.90 there).

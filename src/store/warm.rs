@@ -13,6 +13,10 @@
 //! A connection is parked only by [`Connection::park`], called once its statements have
 //! completed. One dropped otherwise (an error, a request cancelled mid-statement) goes back
 //! to sqlx's pool, which tests it on release as it does every connection.
+//!
+//! A connection parked here remembers the `hnsw.ef_search` its session was given, so that a
+//! walk sets its candidate list once for a run of searches rather than before each
+//! ([`Connection::use_ef_search`]); one from sqlx's pool may have been given any.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
@@ -22,7 +26,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres};
 
 /// Connections kept out of sqlx's pool for reuse: the busiest hot path (8 concurrent
-/// searches) holds two each.
+/// searches) holds two each. At most half the pool, so that the statements that take their
+/// connections from sqlx's pool always find some.
 const CAPACITY: usize = 16;
 
 /// A connection that sat here this long is pinged before reuse, as sqlx's pool does with one
@@ -31,12 +36,12 @@ const PING_AFTER: Duration = super::PING_AFTER_IDLE;
 
 struct Parked {
     connection: PoolConnection<Postgres>,
+    ef_search: Option<u64>,
     since: Instant,
 }
 
-/// The stack of recently returned connections.
-#[derive(Default)]
-pub(super) struct WarmConnections(Mutex<Vec<Parked>>);
+/// The stack of recently returned connections, and how many it keeps.
+pub(super) struct WarmConnections(Mutex<Vec<Parked>>, usize);
 
 impl std::fmt::Debug for WarmConnections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,15 +50,22 @@ impl std::fmt::Debug for WarmConnections {
 }
 
 impl WarmConnections {
+    /// A stack for a pool of `max_connections`.
+    pub(super) fn new(max_connections: u32) -> Self {
+        let half = usize::try_from(max_connections / 2).unwrap_or(CAPACITY);
+        Self(Mutex::default(), half.clamp(1, CAPACITY))
+    }
+
     fn pop(&self) -> Option<Parked> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
-    fn park(&self, connection: PoolConnection<Postgres>) {
+    fn park(&self, connection: PoolConnection<Postgres>, ef_search: Option<u64>) {
         let mut stack = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if stack.len() < CAPACITY {
+        if stack.len() < self.1 {
             stack.push(Parked {
                 connection,
+                ef_search,
                 since: Instant::now(),
             });
         }
@@ -72,13 +84,33 @@ impl WarmConnections {
 pub struct Connection {
     connection: PoolConnection<Postgres>,
     warm: Arc<WarmConnections>,
+    /// The session's `hnsw.ef_search`, when known.
+    ef_search: Option<u64>,
 }
 
 impl Connection {
     /// Keeps the connection for the next taker: every statement run on it has completed.
     pub fn park(self) {
-        let Self { connection, warm } = self;
-        warm.park(connection);
+        let Self {
+            connection,
+            warm,
+            ef_search,
+        } = self;
+        warm.park(connection, ef_search);
+    }
+
+    /// Gives the session `hnsw.ef_search = ef_search`, unless it is known to have it.
+    pub async fn use_ef_search(&mut self, ef_search: u64) -> Result<(), sqlx::Error> {
+        if self.ef_search == Some(ef_search) {
+            return Ok(());
+        }
+        self.ef_search = None;
+        sqlx::query("SELECT set_config('hnsw.ef_search', $1, false)")
+            .bind(ef_search.to_string())
+            .execute(&mut *self.connection)
+            .await?;
+        self.ef_search = Some(ef_search);
+        Ok(())
     }
 }
 
@@ -103,6 +135,7 @@ pub(super) async fn acquire(
 ) -> Result<Connection, sqlx::Error> {
     while let Some(Parked {
         mut connection,
+        ef_search,
         since,
     }) = warm.pop()
     {
@@ -115,10 +148,12 @@ pub(super) async fn acquire(
         return Ok(Connection {
             connection,
             warm: Arc::clone(warm),
+            ef_search,
         });
     }
     Ok(Connection {
         connection: pool.acquire().await?,
         warm: Arc::clone(warm),
+        ef_search: None,
     })
 }

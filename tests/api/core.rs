@@ -485,3 +485,55 @@ async fn warm_connections_are_reused_most_recent_first() {
     let mut next = pool.acquire_warm().await.unwrap();
     assert_eq!(backend(&mut next).await, parked);
 }
+
+/// A walk's candidate list is set once for a parked connection's session and remembered with
+/// it; a connection from sqlx's pool, whose session may have been given any, is set again.
+#[tokio::test]
+async fn a_parked_connection_remembers_its_candidate_list() {
+    let app = crate::helpers::spawn_app_without_worker().await;
+    let pool = &app.state.pool;
+    async fn ef_search(connection: &mut trove::store::Connection) -> String {
+        sqlx::query_scalar("SELECT current_setting('hnsw.ef_search')")
+            .fetch_one(&mut **connection)
+            .await
+            .unwrap()
+    }
+    let mut first = pool.acquire_warm().await.unwrap();
+    first.use_ef_search(123).await.unwrap();
+    assert_eq!(ef_search(&mut first).await, "123");
+    // Changed behind the remembered value (which nothing in the service does), to see that a
+    // remembered list is not set again.
+    sqlx::query("SET hnsw.ef_search = 77")
+        .execute(&mut *first)
+        .await
+        .unwrap();
+    first.use_ef_search(123).await.unwrap();
+    assert_eq!(ef_search(&mut first).await, "77");
+    first.use_ef_search(124).await.unwrap();
+    assert_eq!(ef_search(&mut first).await, "124");
+    first.park();
+
+    let mut again = pool.acquire_warm().await.unwrap();
+    sqlx::query("SET hnsw.ef_search = 77")
+        .execute(&mut *again)
+        .await
+        .unwrap();
+    again.use_ef_search(124).await.unwrap();
+    assert_eq!(
+        ef_search(&mut again).await,
+        "77",
+        "the parked value is remembered"
+    );
+
+    // Taken while the parked one is held: from sqlx's pool, its list unknown, so it is set.
+    let mut other = pool.acquire_warm().await.unwrap();
+    sqlx::query("SET hnsw.ef_search = 77")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    drop(other);
+    let mut from_pool = pool.acquire_warm().await.unwrap();
+    from_pool.use_ef_search(124).await.unwrap();
+    assert_eq!(ef_search(&mut from_pool).await, "124");
+    again.park();
+}
