@@ -98,10 +98,10 @@ pub type EntityError = DbErr;
 
 /// `hnsw.ef_search` of every connection (set at connection start with `hnsw.iterative_scan =
 /// relaxed_order`), and the candidate list of an unrestricted HNSW search of 100,000 vectors
-/// (a search sets the list its walk needs, `retrieval::cost::walk`). On the 100,000-fragment benchmark
-/// (`benches/search/`) with the default graph (`m` 10), 100 gave a recall@5 of 0.94 and 150
-/// gives 0.965 in 2.0 ms, what `m` 16 reaches at 100 in the same time (pgvector's default of
-/// 40 gave 0.90 there).
+/// (a search sets the list its walk needs, `retrieval::cost::walk`). On the 100,000-fragment
+/// benchmark (`benches/search/`) with the default graph (`m` 10), 100 gave a recall@5 of 0.94
+/// and 150 gives 0.965 in 2.0 ms, what `m` 16 reaches at 100 in the same time (pgvector's
+/// default of 40 gave 0.90 there).
 pub const SESSION_EF_SEARCH: u64 = 150;
 
 /// How long a pooled connection may sit idle before it is pinged on acquire.
