@@ -531,6 +531,8 @@ impl Searched {
             pipeline_classifications: context.classification_names.len(),
             schema: context.pipeline.metadata_schema.clone(),
             service_pool: trove.state.pool.pg_pool().clone(),
+            // Twice the clients: the warm connections are at most half the pool, and each
+            // concurrent floor takes one, which remembers its candidate list as the service's do.
             floor_pool: trove::store::connect_lazy(&trove.url, 2 * clients as u32)
                 .expect("floor pool"),
         }

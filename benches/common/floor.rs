@@ -47,8 +47,8 @@ pub struct Floor {
 
 /// The statement of `search` planned as the service plans it (the path chosen from the
 /// planner's estimate of a restricted scope, kept in `estimates` as the service keeps its
-/// own), then run alone on a connection of `pool` (a `trove::store::connect_lazy` pool, whose
-/// sessions carry the service's settings) by the service's own `run_plan`; only the run is
+/// own), then run alone on a warm connection of `pool` (a `trove::store::connect_lazy` pool,
+/// whose sessions carry the service's settings) by the service's own `run_plan`; only the run is
 /// timed. Every call the benches make into the plan API of `trove::retrieval::search` for a
 /// floor is here.
 pub async fn floor(pool: &Pool, estimates: &ScopeEstimates, search: FloorSearch) -> Floor {
