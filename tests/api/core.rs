@@ -443,6 +443,17 @@ async fn connections_closed_by_the_server_are_replaced_after_a_second_idle() {
     }
 }
 
+/// One value read on a hot path's connection.
+async fn scalar<T>(connection: &mut trove::store::Connection, sql: &'static str) -> T
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar(sql)
+        .fetch_one(&mut **connection)
+        .await
+        .unwrap()
+}
+
 /// The hot paths' connections: the one parked last is handed out first (sqlx's pool hands
 /// out the one idle longest, a different server process each time after a burst), and one
 /// dropped without being parked goes back to sqlx's pool instead.
@@ -451,10 +462,7 @@ async fn warm_connections_are_reused_most_recent_first() {
     let app = crate::helpers::spawn_app_without_worker().await;
     let pool = &app.state.pool;
     async fn backend(connection: &mut trove::store::Connection) -> i32 {
-        sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut **connection)
-            .await
-            .unwrap()
+        scalar(connection, "SELECT pg_backend_pid()").await
     }
     // Several idle connections in sqlx's pool, so that it would rotate among them.
     let mut opened = Vec::new();
@@ -493,20 +501,22 @@ async fn a_parked_connection_remembers_its_candidate_list() {
     let app = crate::helpers::spawn_app_without_worker().await;
     let pool = &app.state.pool;
     async fn ef_search(connection: &mut trove::store::Connection) -> String {
-        sqlx::query_scalar("SELECT current_setting('hnsw.ef_search')")
-            .fetch_one(&mut **connection)
-            .await
-            .unwrap()
+        scalar(connection, "SELECT current_setting('hnsw.ef_search')").await
+    }
+    // Changes the session's list behind the remembered value (which nothing in the service
+    // does), to see whether `use_ef_search` sets it again.
+    async fn set_behind(connection: &mut trove::store::Connection) {
+        let _: String = scalar(
+            connection,
+            "SELECT set_config('hnsw.ef_search', '77', false)",
+        )
+        .await;
     }
     let mut first = pool.acquire_warm().await.unwrap();
     first.use_ef_search(123).await.unwrap();
     assert_eq!(ef_search(&mut first).await, "123");
-    // Changed behind the remembered value (which nothing in the service does), to see that a
-    // remembered list is not set again.
-    sqlx::query("SET hnsw.ef_search = 77")
-        .execute(&mut *first)
-        .await
-        .unwrap();
+    // A remembered list is not set again.
+    set_behind(&mut first).await;
     first.use_ef_search(123).await.unwrap();
     assert_eq!(ef_search(&mut first).await, "77");
     first.use_ef_search(124).await.unwrap();
@@ -514,10 +524,7 @@ async fn a_parked_connection_remembers_its_candidate_list() {
     first.park();
 
     let mut again = pool.acquire_warm().await.unwrap();
-    sqlx::query("SET hnsw.ef_search = 77")
-        .execute(&mut *again)
-        .await
-        .unwrap();
+    set_behind(&mut again).await;
     again.use_ef_search(124).await.unwrap();
     assert_eq!(
         ef_search(&mut again).await,
@@ -527,10 +534,7 @@ async fn a_parked_connection_remembers_its_candidate_list() {
 
     // Taken while the parked one is held: from sqlx's pool, its list unknown, so it is set.
     let mut other = pool.acquire_warm().await.unwrap();
-    sqlx::query("SET hnsw.ef_search = 77")
-        .execute(&mut *other)
-        .await
-        .unwrap();
+    set_behind(&mut other).await;
     drop(other);
     let mut from_pool = pool.acquire_warm().await.unwrap();
     from_pool.use_ef_search(124).await.unwrap();
