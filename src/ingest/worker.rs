@@ -34,6 +34,7 @@ use super::queue::{Job, Queue};
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
 use crate::license::License;
+use crate::metadata_schema;
 use crate::metrics::WorkerMetrics;
 use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_spec};
 use crate::providers::splitting::TextSplitting;
@@ -644,6 +645,7 @@ impl Worker {
             pipeline_id,
             vector_table,
             &versions,
+            &metadata_schema::write_order_fields(&pipeline.metadata_schema),
             build_index,
         )
         .await?;
