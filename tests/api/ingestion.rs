@@ -349,3 +349,60 @@ async fn a_stored_group_is_read_back_so_that_searches_right_after_it_find_its_co
         assert_eq!(rows_without_commit_hint(&app, &table).await, 0, "{table}");
     }
 }
+
+#[tokio::test]
+async fn a_groups_rows_are_written_in_the_order_of_the_indexed_string_fields_then_classification() {
+    let app = spawn_app_without_worker().await;
+    // `team` is the schema's only indexed string field; `year` an integer, `site` not indexed.
+    let schema = json!({"type": "object", "properties": {
+        "year": {"type": "integer"},
+        "team": {"type": "string"},
+        "site": {"type": "string", "x-trove-index": false},
+    }});
+    let pid = create_pipeline(&app, json!({"metadata_schema": schema})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let teams = ["c", "a", "b", "a", "c", "b", "a", "c"];
+    let documents: Vec<Value> = teams
+        .iter()
+        .enumerate()
+        .map(|(i, team)| {
+            json!({
+                "external_identifier": format!("d{i}"),
+                "classification": if i % 3 == 0 { "public" } else { "internal" },
+                "metadata": {"team": team, "year": 2020 - i as i64, "site": format!("s{}", 9 - i)},
+                "text": format!("Harbour ledger {i}. ").repeat(90),
+            })
+        })
+        .collect();
+    app.submit_batch(&pid, documents).await;
+    assert_eq!(step(&app).await.stored, teams.len());
+
+    let ve: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
+            .bind(&pid)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let vectors = trove::store::vectors::table_name(ve);
+    for (table, condition) in [
+        ("fragments", format!("pipeline_id = '{pid}'")),
+        (vectors.as_str(), "true".to_owned()),
+    ] {
+        // The rows in the order they lie in the table's pages.
+        let rows: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT metadata->>'team', classification FROM {table} WHERE {condition} ORDER BY ctid"
+        )))
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+        assert!(
+            rows.len() > teams.len(),
+            "{table}: several fragments a document"
+        );
+        let mut sorted = rows.clone();
+        sorted.sort();
+        assert_eq!(rows, sorted, "{table}");
+    }
+}
