@@ -264,14 +264,8 @@ async fn the_worker_analyses_the_tables_a_group_made_stale_and_searches_need_no_
 
     // Right after the step, without waiting for autovacuum (a minute), both tables are
     // analysed: their statistics count every row.
-    let ve: uuid::Uuid =
-        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
-            .bind(pid)
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    let vector_table = trove::store::vectors::table_name(ve);
-    for table in ["fragments", vector_table.as_str()] {
+    let vectors = vector_table(&app, pid).await;
+    for table in ["fragments", vectors.as_str()] {
         let (reltuples, rows) = counted_and_actual_rows(&app, table).await;
         assert!(rows > 0, "{table} has rows");
         assert!(
@@ -288,13 +282,24 @@ async fn the_worker_analyses_the_tables_a_group_made_stale_and_searches_need_no_
     let queries = ["copper harbour", "apples in summer", "lanterns in winter"];
     let before = found_fragments(&app, pid, &queries).await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "ANALYZE fragments; ANALYZE {vector_table}"
+        "ANALYZE fragments; ANALYZE {vectors}"
     )))
     .execute(&app.pool)
     .await
     .unwrap();
     let after = found_fragments(&app, pid, &queries).await;
     assert_eq!(before, after);
+}
+
+/// The name of the vector table of pipeline `pid`.
+async fn vector_table(app: &TestApp, pid: &str) -> String {
+    let ve: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
+            .bind(pid)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    trove::store::vectors::table_name(ve)
 }
 
 /// Rows of `table` whose inserting transaction's commit is not yet recorded in them (their
@@ -336,16 +341,7 @@ async fn a_stored_group_is_read_back_so_that_searches_right_after_it_find_its_co
 
     // Nothing has searched since; every row of both tables already records its commit, so
     // the first search to meet them neither asks the commit log nor writes their pages.
-    let ve: uuid::Uuid =
-        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
-            .bind(&pid)
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    for table in [
-        "fragments".to_owned(),
-        trove::store::vectors::table_name(ve),
-    ] {
+    for table in ["fragments".to_owned(), vector_table(&app, &pid).await] {
         assert_eq!(rows_without_commit_hint(&app, &table).await, 0, "{table}");
     }
 }
@@ -379,13 +375,7 @@ async fn a_groups_rows_are_written_in_the_order_of_the_indexed_string_fields_the
     app.submit_batch(&pid, documents).await;
     assert_eq!(step(&app).await.stored, teams.len());
 
-    let ve: uuid::Uuid =
-        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
-            .bind(&pid)
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    let vectors = trove::store::vectors::table_name(ve);
+    let vectors = vector_table(&app, &pid).await;
     for (table, condition) in [
         ("fragments", format!("pipeline_id = '{pid}'")),
         (vectors.as_str(), "true".to_owned()),
