@@ -460,8 +460,8 @@ impl HnswParams {
     /// the benchmarks (384-dimension vectors), `m` 10 stores vectors about a quarter faster
     /// (keeping a neighbour's list up to date costs with the square of its length) and, with
     /// the longer candidate list searches then set ([`crate::store::SESSION_EF_SEARCH`]),
-    /// finds the same neighbours as `m` 16 in the same time at 100,000 vectors; see the README's
-    /// benchmark section.
+    /// finds the same neighbours as `m` 16 in the same time at 100,000 vectors; see
+    /// docs/benchmarks.md.
     pub const DEFAULT: Self = Self {
         m: 10,
         ef_construction: 64,

@@ -104,6 +104,10 @@ pub enum ApiError {
         message: &'static str,
         id: Option<Uuid>,
     },
+    /// 404 `Pipeline not found`, `details.id` when known: the pipeline is missing or the key
+    /// lacks the permission the operation needs on it.
+    #[error("pipeline not found")]
+    PipelineNotFound(Option<Uuid>),
     /// 404 `<Type> with id <id> not found` (permission entries, traces).
     #[error("object not found")]
     ObjectNotFound { type_name: &'static str, id: Uuid },
@@ -199,7 +203,9 @@ impl ApiError {
             | Self::LicenseExpired
             | Self::LicenseExceeded(_)
             | Self::LicenseLimit(_) => StatusCode::FORBIDDEN,
-            Self::NotFound { .. } | Self::ObjectNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::NotFound { .. } | Self::PipelineNotFound(_) | Self::ObjectNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             Self::ConflictUnique | Self::ConflictRelated => StatusCode::CONFLICT,
             Self::NotImplemented(_) | Self::FullTextDisabled(_) => StatusCode::NOT_IMPLEMENTED,
             Self::Internal(_)
@@ -263,6 +269,7 @@ impl ApiError {
                 format!("License limits exceeded for {}", object_type.display_name())
             }
             Self::NotFound { message, .. } | Self::NotImplemented(message) => (*message).to_owned(),
+            Self::PipelineNotFound(_) => "Pipeline not found".to_owned(),
             Self::ObjectNotFound { type_name, id } => format!("{type_name} with id {id} not found"),
             Self::ConflictUnique => "Conflict unique error".to_owned(),
             Self::ConflictRelated => "Conflict related error".to_owned(),
@@ -299,7 +306,9 @@ impl ApiError {
                 Some(Value::Object(item))
             }
             Self::VectorEmbeddingNotFound(id) => Some(json!({ "embedding_id": id })),
-            Self::NotFound { id, .. } => id.map(|id| json!({ "id": id })),
+            Self::NotFound { id, .. } | Self::PipelineNotFound(id) => {
+                id.map(|id| json!({ "id": id }))
+            }
             Self::FullTextDisabled(params) => Some(json!({ "params": params })),
             Self::Grpc(status) => Some(json!({ "error": format!("gRPC error: {status}") })),
             Self::InvalidObjectType
@@ -337,6 +346,63 @@ impl ApiError {
         }
     }
 
+    /// How the failure of an MCP tool reaches the client (interface §MCP errors, "Operation
+    /// failures"): a missing or unreadable pipeline is `-32002` with `data.id`; every other
+    /// failure is `-32603` with a one-line description (the REST message, or its reason
+    /// where the REST message is the generic `Internal error`).
+    pub fn mcp_failure(&self) -> McpFailure {
+        match self {
+            Self::PipelineNotFound(id) => McpFailure {
+                code: McpFailure::RESOURCE_NOT_FOUND,
+                message: self.message(),
+                data: Some(json!({ "id": id })),
+            },
+            Self::AccessDenied { level, .. } => {
+                McpFailure::internal(format!("Authorization error: {level}"))
+            }
+            Self::Internal(reason) => McpFailure::internal(reason.clone()),
+            Self::Grpc(status) => McpFailure::internal(format!("gRPC error: {status}")),
+            Self::InvalidParameter(_)
+            | Self::InvalidObjectType
+            | Self::Pagination
+            | Self::InvalidOrderBy(_)
+            | Self::InvalidInterval(_)
+            | Self::Schema
+            | Self::InvalidMetadata(_)
+            | Self::ClassificationMismatch
+            | Self::InvalidVersion
+            | Self::InvalidSearchType
+            | Self::InvalidHeaderId(_)
+            | Self::MissingRelayHeaders
+            | Self::InvalidPromptType
+            | Self::InvalidPrompt
+            | Self::InvalidPlaceholder(_)
+            | Self::BatchItem { .. }
+            | Self::VectorEmbeddingNotFound(_)
+            | Self::NoApiKey
+            | Self::NoApiSecret
+            | Self::InvalidKeyId
+            | Self::InvalidKeyOrSecret
+            | Self::LicenseExpired
+            | Self::LicenseExceeded(_)
+            | Self::LicenseLimit(_)
+            | Self::NotFound { .. }
+            | Self::ObjectNotFound { .. }
+            | Self::ConflictUnique
+            | Self::ConflictRelated
+            | Self::Database(_)
+            | Self::DatabaseConnection(_)
+            | Self::Nats(_)
+            | Self::NotImplemented(_)
+            | Self::FullTextDisabled(_)
+            | Self::Decryption
+            | Self::StreamInfo(_)
+            | Self::Stream(_)
+            | Self::ModelServerUnreachable(_)
+            | Self::Plain { .. } => McpFailure::internal(self.message()),
+        }
+    }
+
     /// The JSON body `{"error": {"message", "details"?}}`; `None` for the plain-text errors
     /// of §Errors "Responses without the JSON body" (their text is [`ApiError::message`]).
     pub fn json_body(&self) -> Option<Value> {
@@ -349,6 +415,29 @@ impl ApiError {
             error.insert("details".to_owned(), details);
         }
         Some(json!({ "error": Value::Object(error) }))
+    }
+}
+
+/// A JSON-RPC error of an MCP tool call, as [`ApiError::mcp_failure`] maps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpFailure {
+    pub code: i32,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl McpFailure {
+    /// JSON-RPC `-32002`: a resource the call names does not exist.
+    pub const RESOURCE_NOT_FOUND: i32 = -32002;
+    /// JSON-RPC `-32603`.
+    pub const INTERNAL_ERROR: i32 = -32603;
+
+    fn internal(message: String) -> Self {
+        Self {
+            code: Self::INTERNAL_ERROR,
+            message,
+            data: None,
+        }
     }
 }
 

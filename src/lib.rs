@@ -15,6 +15,7 @@ pub mod license;
 pub mod mcp;
 pub mod metadata_schema;
 pub mod metrics;
+pub mod names;
 pub mod providers;
 pub mod retrieval;
 pub mod service;

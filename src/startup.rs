@@ -12,7 +12,7 @@ use crate::http::connections::{Connections, WatchedAcceptor};
 
 use crate::config::Config;
 use crate::ingest::queue::Queue;
-use crate::ingest::worker::Worker;
+use crate::ingest::worker::{Worker, WorkerError};
 use crate::state::{AppState, StateError};
 use crate::store;
 
@@ -136,7 +136,8 @@ impl Application {
             .then(|| tokio::spawn(run_worker(self.state.clone(), worker_stopped)));
         let sweep = tokio::spawn(sweep_traces(self.state.pool.clone()));
         let connections = Connections::default();
-        let app = crate::http::app(self.state.clone(), connections.clone());
+        let mcp = crate::mcp::endpoint(self.state.clone());
+        let app = crate::http::app(self.state.clone(), connections.clone(), mcp);
         let result = Server::new_with_acceptor(WatchedAcceptor::new(self.acceptor, connections))
             .run_with_graceful_shutdown(app, shutdown, Some(Duration::from_secs(30)))
             .await;
@@ -274,7 +275,7 @@ pub async fn run_worker(state: AppState, mut stop: tokio::sync::watch::Receiver<
 }
 
 /// A worker over the application's pool, queue, cipher, embedders and license.
-pub async fn build_worker(state: &AppState) -> Result<Worker, String> {
+pub async fn build_worker(state: &AppState) -> Result<Worker, WorkerError> {
     Worker::new(
         state.pool.clone(),
         &state.queue,

@@ -1,8 +1,9 @@
-//! The layers of `src/` point one way (README, "Architecture"):
+//! The layers of `src/` point one way (docs/architecture.md):
 //!
 //! `main` → `startup` → transports (`http`, `mcp`, `sidecar`) → `service` → `state` →
 //! (`auth`, `agents`, `retrieval`, `ingest`, `providers`) → `store` → leaves (`access`,
-//! `config`, `crypto`, `error`, `license`, `metadata_schema`, `metrics`, `telemetry`, `time`).
+//! `config`, `crypto`, `error`, `license`, `metadata_schema`, `metrics`, `names`, `telemetry`,
+//! `time`).
 //!
 //! This test reads every file of `src/` and fails when a file names a module of a higher layer
 //! (`crate::<module>` in code, comments excluded), when `sqlx` or `sea_orm` appear outside the
@@ -25,7 +26,7 @@ fn layer(module: &str) -> Option<u8> {
         "auth" | "agents" | "retrieval" | "ingest" | "providers" => 3,
         "store" => 2,
         "access" | "config" | "crypto" | "error" | "license" | "metadata_schema" | "metrics"
-        | "telemetry" | "time" => 1,
+        | "names" | "telemetry" | "time" => 1,
         _ => return None,
     })
 }

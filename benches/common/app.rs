@@ -26,7 +26,7 @@ pub fn servers() -> (String, String) {
 }
 
 /// The test Postgres's shared memory, for a run's header: `shared_buffers` and whether it
-/// is on huge pages (README, Operations, *Memory*).
+/// is on huge pages (docs/operations.md, *Memory*).
 pub async fn postgres_memory(admin: &str) -> String {
     let read = async {
         let mut db = PgConnection::connect(admin).await?;

@@ -29,9 +29,11 @@ use uuid::Uuid;
 
 use super::template::{Template, Unfilled};
 use crate::metadata_schema::is_identifier;
-
-/// The most characters an agent name may have.
-pub const MAX_AGENT_NAME_CHARS: usize = 255;
+use crate::names::MAX_NAME_CHARS;
+pub use crate::retrieval::kinds::SearchKind;
+use crate::retrieval::kinds::{
+    DEFAULT_FETCH_K, DEFAULT_K, DEFAULT_LAMBDA_MULT, Listed, PlaceholderTypes,
+};
 
 /// The most characters a placeholder name may have.
 pub const MAX_PLACEHOLDER_NAME_CHARS: usize = 64;
@@ -83,60 +85,6 @@ fn include_by_default() -> bool {
     true
 }
 
-/// The type of a placeholder: where its value comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PlaceholderType {
-    /// A value the client supplies at execution.
-    Query,
-    /// Fragments found by vector similarity to a query placeholder's value.
-    Similarity,
-    /// Fragments found by maximal marginal relevance.
-    Mmr,
-    /// Fragments found by full-text search.
-    Search,
-    /// Hybrid retrieval: accepted by the interface's type list, not implemented.
-    Hybrid,
-    /// Conversation history: accepted by the interface's type list, not implemented.
-    History,
-}
-
-impl PlaceholderType {
-    /// The type's name on the wire, lowercase (`query`, `similarity`, `mmr`, …); also the
-    /// `<placeholder>` of the message `Invalid placeholder of type <placeholder>`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Query => "query",
-            Self::Similarity => "similarity",
-            Self::Mmr => "mmr",
-            Self::Search => "search",
-            Self::Hybrid => "hybrid",
-            Self::History => "history",
-        }
-    }
-
-    /// Whether an execution fills the placeholder by searching the pipeline: `similarity`,
-    /// `mmr` and `search`.
-    ///
-    /// `hybrid` is not counted although its name suggests retrieval: no search exists for it,
-    /// and a definition holding it is rejected as not implemented before any rule about
-    /// retrieval placeholders is checked.
-    pub fn is_retrieval(self) -> bool {
-        matches!(self, Self::Similarity | Self::Mmr | Self::Search)
-    }
-
-    /// Whether agents may use the type; `hybrid` and `history` are refused at create and update.
-    pub fn is_implemented(self) -> bool {
-        !matches!(self, Self::Hybrid | Self::History)
-    }
-}
-
-impl fmt::Display for PlaceholderType {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
-
 /// The search parameters of a retrieval placeholder, with the meaning they have in search.
 ///
 /// Deserializing an object follows the interface's rule for a `params` object that is
@@ -164,7 +112,7 @@ pub struct RetrievalParams {
 
 /// `lambda_mult` when a `params` object omits it.
 fn default_lambda_mult() -> f64 {
-    0.5
+    DEFAULT_LAMBDA_MULT
 }
 
 impl Default for RetrievalParams {
@@ -172,9 +120,9 @@ impl Default for RetrievalParams {
     /// `k` 5, `fetch_k` 10, `lambda_mult` 0.5, no threshold, the pipeline's embedding.
     fn default() -> Self {
         Self {
-            k: 5,
-            fetch_k: 10,
-            lambda_mult: default_lambda_mult(),
+            k: u32::from(DEFAULT_K),
+            fetch_k: u32::from(DEFAULT_FETCH_K),
+            lambda_mult: DEFAULT_LAMBDA_MULT,
             threshold: None,
             embedding: None,
         }
@@ -220,7 +168,7 @@ pub struct Placeholder {
     pub name: String,
     /// Where its value comes from.
     #[serde(rename = "type")]
-    pub kind: PlaceholderType,
+    pub kind: SearchKind,
     /// For a retrieval placeholder, the name of the `query` placeholder whose value is the
     /// search query.
     pub target: Option<String>,
@@ -233,7 +181,7 @@ pub struct Placeholder {
 struct PlaceholderFields {
     name: String,
     #[serde(rename = "type")]
-    kind: PlaceholderType,
+    kind: Listed<PlaceholderTypes>,
     #[serde(default)]
     target: Option<String>,
     #[serde(default)]
@@ -242,7 +190,7 @@ struct PlaceholderFields {
 
 impl From<PlaceholderFields> for Placeholder {
     fn from(fields: PlaceholderFields) -> Self {
-        Self::new(fields.name, fields.kind, fields.target, fields.params)
+        Self::new(fields.name, fields.kind.0, fields.target, fields.params)
     }
 }
 
@@ -251,11 +199,11 @@ impl Placeholder {
     /// retrieval type, absent `params` become [`RetrievalParams::default`].
     pub fn new(
         name: impl Into<String>,
-        kind: PlaceholderType,
+        kind: SearchKind,
         target: Option<String>,
         params: Option<RetrievalParams>,
     ) -> Self {
-        let (target, params) = if kind == PlaceholderType::Query {
+        let (target, params) = if kind == SearchKind::Query {
             (None, None)
         } else if kind.is_retrieval() {
             (target, Some(params.unwrap_or_default()))
@@ -296,11 +244,11 @@ pub struct AgentDefinition {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DefinitionError {
     /// 400 `Invalid parameter` with `details.error` `Invalid name`.
-    #[error("agent name must have 1 to {MAX_AGENT_NAME_CHARS} characters")]
+    #[error("agent name must have 1 to {MAX_NAME_CHARS} characters")]
     InvalidName,
     /// 501 `Not implemented`: a placeholder of this type (`hybrid` or `history`).
     #[error("placeholder type {0} is not implemented")]
-    NotImplemented(PlaceholderType),
+    NotImplemented(SearchKind),
     /// 400 `Invalid prompt type`: no system message, no user message, or the last message is
     /// not a user message.
     #[error("prompt needs a system and a user message and must end with a user message")]
@@ -309,9 +257,9 @@ pub enum DefinitionError {
     #[error("invalid prompt: {0}")]
     InvalidPrompt(PromptProblem),
     /// 400 `Invalid placeholder of type <type>`, `<type>` being the lowercase type name
-    /// ([`PlaceholderType::as_str`]).
+    /// ([`SearchKind::wire_name`]).
     #[error("invalid parameters for a placeholder of type {0}")]
-    InvalidPlaceholder(PlaceholderType),
+    InvalidPlaceholder(SearchKind),
 }
 
 /// What makes a prompt invalid (all reported as 400 `Invalid prompt`).
@@ -491,8 +439,7 @@ impl AgentDefinition {
 
     /// Rule 1: 1–255 characters (not bytes).
     fn check_name(&self) -> Result<(), DefinitionError> {
-        let length = self.name.chars().count();
-        if (1..=MAX_AGENT_NAME_CHARS).contains(&length) {
+        if crate::names::has_valid_length(&self.name) {
             Ok(())
         } else {
             Err(DefinitionError::InvalidName)
@@ -528,7 +475,7 @@ impl AgentDefinition {
     /// Rule 4 (the interface's prompt rules 3 and 4 with the addendum's name rules): names
     /// first, in definition order, then template references in message order, then targets.
     fn check_prompt_references(&self) -> Result<(), PromptProblem> {
-        let mut kinds_by_name: HashMap<&str, PlaceholderType> = HashMap::new();
+        let mut kinds_by_name: HashMap<&str, SearchKind> = HashMap::new();
         for placeholder in &self.placeholders {
             let name = placeholder.name.as_str();
             if !is_identifier(name) {
@@ -555,7 +502,7 @@ impl AgentDefinition {
             let Some(target) = placeholder.target.as_deref() else {
                 return Err(PromptProblem::MissingTarget(placeholder.name.clone()));
             };
-            if kinds_by_name.get(target) != Some(&PlaceholderType::Query) {
+            if kinds_by_name.get(target) != Some(&SearchKind::Query) {
                 return Err(PromptProblem::TargetNotQuery {
                     placeholder: placeholder.name.clone(),
                     target: target.to_owned(),
@@ -581,7 +528,7 @@ impl AgentDefinition {
     fn query_placeholders(&self) -> impl Iterator<Item = &Placeholder> {
         self.placeholders
             .iter()
-            .filter(|placeholder| placeholder.kind == PlaceholderType::Query)
+            .filter(|placeholder| placeholder.kind == SearchKind::Query)
     }
 
     /// Every name referenced by a template of any message, included or not.
@@ -620,10 +567,10 @@ mod tests {
     }
 
     fn query(name: &str) -> Placeholder {
-        Placeholder::new(name, PlaceholderType::Query, None, None)
+        Placeholder::new(name, SearchKind::Query, None, None)
     }
 
-    fn retrieval(name: &str, kind: PlaceholderType, target: &str) -> Placeholder {
+    fn retrieval(name: &str, kind: SearchKind, target: &str) -> Placeholder {
         Placeholder::new(name, kind, Some(target.to_owned()), None)
     }
 
@@ -643,7 +590,7 @@ mod tests {
             ],
             placeholders: vec![
                 query("question"),
-                retrieval("context", PlaceholderType::Similarity, "question"),
+                retrieval("context", SearchKind::Similarity, "question"),
             ],
         }
     }
@@ -676,22 +623,25 @@ mod tests {
     #[test]
     fn placeholder_types_are_lowercase_on_the_wire() {
         for kind in [
-            PlaceholderType::Query,
-            PlaceholderType::Similarity,
-            PlaceholderType::Mmr,
-            PlaceholderType::Search,
-            PlaceholderType::Hybrid,
-            PlaceholderType::History,
+            SearchKind::Query,
+            SearchKind::Similarity,
+            SearchKind::Mmr,
+            SearchKind::Search,
+            SearchKind::Hybrid,
+            SearchKind::History,
         ] {
-            assert_eq!(serde_json::to_value(kind).ok(), Some(json!(kind.as_str())));
-            assert_eq!(kind.to_string(), kind.as_str());
+            assert_eq!(
+                serde_json::to_value(kind).ok(),
+                Some(json!(kind.wire_name()))
+            );
+            assert_eq!(kind.to_string(), kind.wire_name());
         }
-        assert!(serde_json::from_value::<PlaceholderType>(json!("Query")).is_err());
+        assert!(serde_json::from_value::<Listed<PlaceholderTypes>>(json!("Query")).is_err());
     }
 
     #[test]
     fn retrieval_types_are_similarity_mmr_and_search() {
-        use PlaceholderType::*;
+        use SearchKind::*;
         let retrieval: Vec<_> = [Query, Similarity, Mmr, Search, Hybrid, History]
             .into_iter()
             .filter(|kind| kind.is_retrieval())
@@ -758,7 +708,7 @@ mod tests {
             query.ok(),
             Some(Placeholder {
                 name: "q".to_owned(),
-                kind: PlaceholderType::Query,
+                kind: SearchKind::Query,
                 target: None,
                 params: None,
             })
@@ -795,7 +745,7 @@ mod tests {
     fn placeholder_serializes_every_field() {
         let embedding = Uuid::nil();
         let placeholder = with_params(
-            retrieval("c", PlaceholderType::Similarity, "q"),
+            retrieval("c", SearchKind::Similarity, "q"),
             RetrievalParams {
                 embedding: Some(embedding),
                 ..RetrievalParams::default()
@@ -854,7 +804,7 @@ mod tests {
 
     #[test]
     fn hybrid_and_history_are_not_implemented() {
-        for kind in [PlaceholderType::Hybrid, PlaceholderType::History] {
+        for kind in [SearchKind::Hybrid, SearchKind::History] {
             let mut definition = agent();
             definition.placeholders.push(Placeholder::new(
                 "extra",
@@ -874,10 +824,10 @@ mod tests {
         let mut definition = agent();
         definition
             .placeholders
-            .push(Placeholder::new("h", PlaceholderType::History, None, None));
+            .push(Placeholder::new("h", SearchKind::History, None, None));
         assert_eq!(
             definition.validate(),
-            Err(DefinitionError::NotImplemented(PlaceholderType::History))
+            Err(DefinitionError::NotImplemented(SearchKind::History))
         );
     }
 
@@ -987,7 +937,7 @@ mod tests {
         let mut definition = agent();
         definition
             .placeholders
-            .push(retrieval("question", PlaceholderType::Mmr, "question"));
+            .push(retrieval("question", SearchKind::Mmr, "question"));
         assert_eq!(
             prompt_problem(&definition),
             Some(PromptProblem::DuplicateName("question".to_owned()))
@@ -1016,12 +966,9 @@ mod tests {
     #[test]
     fn retrieval_placeholder_needs_a_target() {
         let mut definition = agent();
-        definition.placeholders.push(Placeholder::new(
-            "loose",
-            PlaceholderType::Search,
-            None,
-            None,
-        ));
+        definition
+            .placeholders
+            .push(Placeholder::new("loose", SearchKind::Search, None, None));
         assert_eq!(
             prompt_problem(&definition),
             Some(PromptProblem::MissingTarget("loose".to_owned()))
@@ -1034,7 +981,7 @@ mod tests {
             let mut definition = agent();
             definition
                 .placeholders
-                .push(retrieval("extra", PlaceholderType::Mmr, target));
+                .push(retrieval("extra", SearchKind::Mmr, target));
             assert_eq!(
                 prompt_problem(&definition),
                 Some(PromptProblem::TargetNotQuery {
@@ -1050,12 +997,9 @@ mod tests {
     fn prompt_problems_are_checked_names_then_references_then_targets() {
         let mut definition = agent();
         definition.prompt[1].template = "{question} {unknown}".to_owned();
-        definition.placeholders.push(Placeholder::new(
-            "loose",
-            PlaceholderType::Search,
-            None,
-            None,
-        ));
+        definition
+            .placeholders
+            .push(Placeholder::new("loose", SearchKind::Search, None, None));
         assert_eq!(
             prompt_problem(&definition),
             Some(PromptProblem::UndefinedReference("unknown".to_owned()))
@@ -1118,11 +1062,7 @@ mod tests {
 
     #[test]
     fn invalid_params_name_the_placeholder_type() {
-        for kind in [
-            PlaceholderType::Similarity,
-            PlaceholderType::Mmr,
-            PlaceholderType::Search,
-        ] {
+        for kind in [SearchKind::Similarity, SearchKind::Mmr, SearchKind::Search] {
             let mut definition = agent();
             definition.placeholders.push(with_params(
                 retrieval("unused", kind, "question"),
@@ -1146,7 +1086,7 @@ mod tests {
             ..RetrievalParams::default()
         });
         definition.placeholders.push(with_params(
-            retrieval("other", PlaceholderType::Mmr, "question"),
+            retrieval("other", SearchKind::Mmr, "question"),
             RetrievalParams {
                 k: 0,
                 ..RetrievalParams::default()
@@ -1154,9 +1094,7 @@ mod tests {
         ));
         assert_eq!(
             definition.validate(),
-            Err(DefinitionError::InvalidPlaceholder(
-                PlaceholderType::Similarity
-            ))
+            Err(DefinitionError::InvalidPlaceholder(SearchKind::Similarity))
         );
     }
 
@@ -1179,9 +1117,7 @@ mod tests {
         definition.placeholders[1].params = Some(invalid_params);
         assert_eq!(
             definition.validate(),
-            Err(DefinitionError::InvalidPlaceholder(
-                PlaceholderType::Similarity
-            ))
+            Err(DefinitionError::InvalidPlaceholder(SearchKind::Similarity))
         );
 
         definition.placeholders.push(query("bad name"));
@@ -1198,10 +1134,10 @@ mod tests {
 
         definition
             .placeholders
-            .push(Placeholder::new("h", PlaceholderType::Hybrid, None, None));
+            .push(Placeholder::new("h", SearchKind::Hybrid, None, None));
         assert_eq!(
             definition.validate(),
-            Err(DefinitionError::NotImplemented(PlaceholderType::Hybrid))
+            Err(DefinitionError::NotImplemented(SearchKind::Hybrid))
         );
 
         definition.name.clear();
@@ -1212,10 +1148,10 @@ mod tests {
     fn error_messages_for_logs_are_lowercase() {
         let errors = [
             DefinitionError::InvalidName,
-            DefinitionError::NotImplemented(PlaceholderType::Hybrid),
+            DefinitionError::NotImplemented(SearchKind::Hybrid),
             DefinitionError::InvalidPromptType,
             DefinitionError::InvalidPrompt(PromptProblem::MissingTarget("c".to_owned())),
-            DefinitionError::InvalidPlaceholder(PlaceholderType::Mmr),
+            DefinitionError::InvalidPlaceholder(SearchKind::Mmr),
         ];
         for error in errors {
             let message = error.to_string();
@@ -1238,7 +1174,7 @@ mod tests {
             placeholders: vec![
                 query("unused"),
                 query("question"),
-                retrieval("context", PlaceholderType::Similarity, "search_terms"),
+                retrieval("context", SearchKind::Similarity, "search_terms"),
                 query("hidden"),
                 query("search_terms"),
                 query("topic"),
@@ -1274,10 +1210,10 @@ mod tests {
         definition.placeholders.push(query("terms"));
         definition
             .placeholders
-            .push(retrieval("more", PlaceholderType::Mmr, "terms"));
+            .push(retrieval("more", SearchKind::Mmr, "terms"));
         definition
             .placeholders
-            .push(retrieval("again", PlaceholderType::Search, "question"));
+            .push(retrieval("again", SearchKind::Search, "question"));
         assert_eq!(
             definition.missing_targets(&variables(&[])),
             names(&["context", "more", "again"])
@@ -1294,7 +1230,7 @@ mod tests {
         definition.placeholders.push(query("terms"));
         definition
             .placeholders
-            .push(retrieval("more", PlaceholderType::Mmr, "terms"));
+            .push(retrieval("more", SearchKind::Mmr, "terms"));
 
         let none = definition.check_execution_variables(&variables(&[]));
         assert_eq!(

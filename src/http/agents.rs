@@ -19,10 +19,9 @@ use super::documents::Fragment;
 use super::extract::{self, Auth, JsonBody, required_header, state};
 use super::respond::{Created, Described, Json, List, NoContent, Nullable};
 use super::streaming::{Answer, StreamMode};
-use crate::agents::definition::{
-    AgentDefinition, Message, Placeholder, PlaceholderType, RetrievalParams, Role,
-};
+use crate::agents::definition::{AgentDefinition, Message, Placeholder, RetrievalParams, Role};
 use crate::error::ApiError;
+use crate::retrieval::kinds::{Listed, PlaceholderTypes};
 use crate::service::agents::{
     self as service, AgentChange, AgentRow, ExecuteOptions, RetrievalInput,
 };
@@ -35,25 +34,6 @@ pub enum RoleName {
     System,
     User,
     Assistant,
-}
-
-/// Types of placeholders.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, poem_openapi::Enum)]
-#[serde(rename_all = "lowercase")]
-#[oai(rename_all = "lowercase")]
-pub enum PlaceholderTypeName {
-    /// A value the client supplies at execution.
-    Query,
-    /// Fragments by vector similarity to the target's value.
-    Similarity,
-    /// Fragments by maximal marginal relevance.
-    Mmr,
-    /// Fragments by full-text search.
-    Search,
-    /// Not implemented (501).
-    Hybrid,
-    /// Not implemented (501).
-    History,
 }
 
 /// One prompt message.
@@ -72,8 +52,7 @@ fn yes() -> bool {
     true
 }
 
-/// Search parameters of a retrieval placeholder. When the object is present, omitted `k` and
-/// `fetch_k` are 0 and `lambda_mult` 0.5.
+/// Retrieval parameters. Null or omitted: k 5, fetch_k 10, lambda_mult 0.5. Present: omitted k and fetch_k are 0.
 #[derive(Debug, Clone, Object, Serialize, Deserialize)]
 #[oai(nullable_all)]
 pub struct PlaceholderParams {
@@ -97,12 +76,11 @@ pub struct AgentPlaceholder {
     name: String,
     #[serde(rename = "type")]
     #[oai(rename = "type")]
-    kind: PlaceholderTypeName,
+    kind: Listed<PlaceholderTypes>,
     /// Retrieval placeholders: the name of a `query` placeholder.
     #[serde(default)]
     #[oai(nullable)]
     target: Option<String>,
-    /// Retrieval placeholders; null or omitted: k 5, fetch_k 10, lambda_mult 0.5.
     #[serde(default)]
     params: Nullable<PlaceholderParams>,
 }
@@ -123,14 +101,6 @@ impl From<PromptMessage> for Message {
 
 impl From<AgentPlaceholder> for Placeholder {
     fn from(placeholder: AgentPlaceholder) -> Self {
-        let kind = match placeholder.kind {
-            PlaceholderTypeName::Query => PlaceholderType::Query,
-            PlaceholderTypeName::Similarity => PlaceholderType::Similarity,
-            PlaceholderTypeName::Mmr => PlaceholderType::Mmr,
-            PlaceholderTypeName::Search => PlaceholderType::Search,
-            PlaceholderTypeName::Hybrid => PlaceholderType::Hybrid,
-            PlaceholderTypeName::History => PlaceholderType::History,
-        };
         let params = placeholder.params.0.map(|p| {
             RetrievalParams::from_partial(
                 p.k.map(u32::from),
@@ -140,7 +110,12 @@ impl From<AgentPlaceholder> for Placeholder {
                 p.embedding,
             )
         });
-        Self::new(placeholder.name, kind, placeholder.target, params)
+        Self::new(
+            placeholder.name,
+            placeholder.kind.0,
+            placeholder.target,
+            params,
+        )
     }
 }
 
@@ -320,6 +295,7 @@ fn definition(body: CreateAgentBody) -> AgentDefinition {
     }
 }
 
+#[derive(Default)]
 pub struct AgentsApi;
 
 #[OpenApi(tag = "ApiTags::Agents")]

@@ -132,6 +132,7 @@ pub struct KeyCheckResult {
     permissions: TypePermissions,
 }
 
+#[derive(Default)]
 pub struct ApiKeysApi;
 
 #[OpenApi(tag = "ApiTags::ApiKeys")]

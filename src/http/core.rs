@@ -41,6 +41,7 @@ pub fn metrics(req: &Request) -> Response {
         .body(body)
 }
 
+#[derive(Default)]
 pub struct CoreApi;
 
 #[OpenApi(tag = "ApiTags::Service")]
@@ -57,7 +58,7 @@ impl CoreApi {
             .queue
             .jobs_in_progress()
             .await
-            .map_err(ApiError::StreamInfo)?;
+            .map_err(|error| ApiError::StreamInfo(error.to_string()))?;
         Ok(Json(Statistics {
             documents_added: 0.0,
             documents_processed: 0.0,

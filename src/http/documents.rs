@@ -167,6 +167,7 @@ async fn submit(
     ))
 }
 
+#[derive(Default)]
 pub struct DocumentsApi;
 
 #[OpenApi(tag = "ApiTags::Documents")]

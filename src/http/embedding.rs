@@ -66,6 +66,7 @@ fn to_map(parameters: BTreeMap<String, Value>) -> Map<String, Value> {
     parameters.into_iter().collect()
 }
 
+#[derive(Default)]
 pub struct EmbeddingApi;
 
 #[OpenApi(tag = "ApiTags::Embeddings")]

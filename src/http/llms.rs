@@ -98,6 +98,7 @@ fn to_map(parameters: BTreeMap<String, Value>) -> Map<String, Value> {
     parameters.into_iter().collect()
 }
 
+#[derive(Default)]
 pub struct LlmsApi;
 
 #[OpenApi(tag = "ApiTags::Llms")]

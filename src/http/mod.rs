@@ -8,6 +8,7 @@ pub mod core;
 pub mod documents;
 pub mod embedding;
 pub mod extract;
+pub mod listed;
 pub mod llms;
 pub mod pipelines;
 pub mod relay;
@@ -81,21 +82,7 @@ pub const API_VERSION: &str = "2026-11";
 
 /// The OpenAPI service of every operation.
 pub fn openapi_service() -> OpenApiService<Apis, ()> {
-    let apis = (
-        core::CoreApi,
-        api_keys::ApiKeysApi,
-        embedding::EmbeddingApi,
-        text_splitters::TextSplittersApi,
-        pipelines::PipelinesApi,
-        documents::DocumentsApi,
-        search::SearchApi,
-        taxonomies::TaxonomiesApi,
-        llms::LlmsApi,
-        relay::RelayApi,
-        agents::AgentsApi,
-        traces::TracesApi,
-    );
-    OpenApiService::new(apis, "Trove", API_VERSION)
+    OpenApiService::new(Apis::default(), "Trove", API_VERSION)
         .description("Knowledge retrieval and agent service.")
 }
 
@@ -104,44 +91,40 @@ pub fn openapi_document() -> String {
     openapi_service().spec()
 }
 
-/// Builds the whole application endpoint; `connections` are those of the acceptor it serves
-/// (see [`connections`]).
-pub fn app(state: AppState, connections: connections::Connections) -> impl Endpoint {
+/// The routes outside the OpenAPI document's operations.
+const OTHER_ROUTES: [(&str, &[Method], RouteKind, bool); 9] = [
+    ("/", &[Method::GET], RouteKind::Reference, false),
+    ("/healthz", &[Method::GET], RouteKind::Reference, false),
+    ("/metrics", &[Method::GET], RouteKind::Reference, false),
+    ("/openapi.json", &[Method::GET], RouteKind::Reference, false),
+    ("/docs", &[Method::GET], RouteKind::Reference, true),
+    ("/_docs", &[Method::GET], RouteKind::Reference, true),
+    ("/_docs-alt", &[Method::GET], RouteKind::Reference, true),
+    // In the document, but not an authenticated operation.
+    ("/statistics", &[Method::GET], RouteKind::Statistics, false),
+    (
+        "/mcp",
+        &[Method::GET, Method::POST, Method::DELETE],
+        RouteKind::Mcp,
+        false,
+    ),
+];
+
+/// Builds the whole application endpoint around the MCP endpoint `mcp`; `connections` are
+/// those of the acceptor it serves (see [`connections`]).
+pub fn app(
+    state: AppState,
+    connections: connections::Connections,
+    mcp: impl Endpoint,
+) -> impl Endpoint {
     let service = openapi_service();
-    let spec: serde_json::Value = serde_json::from_str(&service.spec()).unwrap_or_default();
     let mut routes = RouteTable::default();
-    routes.add_openapi(&spec);
-    // `/statistics` is in the document but is not an authenticated operation.
-    let mut table = RouteTable::default();
-    for (template, methods, kind, prefix) in [
-        ("/", vec![Method::GET], RouteKind::Reference, false),
-        ("/healthz", vec![Method::GET], RouteKind::Reference, false),
-        ("/metrics", vec![Method::GET], RouteKind::Reference, false),
-        (
-            "/openapi.json",
-            vec![Method::GET],
-            RouteKind::Reference,
-            false,
-        ),
-        ("/docs", vec![Method::GET], RouteKind::Reference, true),
-        ("/_docs", vec![Method::GET], RouteKind::Reference, true),
-        ("/_docs-alt", vec![Method::GET], RouteKind::Reference, true),
-        (
-            "/statistics",
-            vec![Method::GET],
-            RouteKind::Statistics,
-            false,
-        ),
-        (
-            "/mcp",
-            vec![Method::GET, Method::POST, Method::DELETE],
-            RouteKind::Mcp,
-            false,
-        ),
-    ] {
-        table.add(template, methods, kind, prefix);
+    for (template, methods, kind, prefix) in OTHER_ROUTES {
+        routes.add(template, methods.to_vec(), kind, prefix);
     }
-    let routes = table.merged(routes);
+    let mut operations = RouteTable::default();
+    operations.add_operations::<Apis>();
+    let routes = routes.merged(operations);
 
     let reference = Route::new()
         .at("/", core::root)
@@ -153,7 +136,6 @@ pub fn app(state: AppState, connections: connections::Connections) -> impl Endpo
         .nest("/_docs-alt", service.redoc())
         .data(state.clone());
     let metrics = state.metrics.clone();
-    let mcp = crate::mcp::endpoint(state.clone());
     let api = service.data(state);
     Shell {
         api,

@@ -136,6 +136,7 @@ fn pairs(hierarchy: Vec<[String; 2]>) -> Vec<(String, String)> {
     hierarchy.into_iter().map(|[a, b]| (a, b)).collect()
 }
 
+#[derive(Default)]
 pub struct PipelinesApi;
 
 #[OpenApi(tag = "ApiTags::Pipelines")]

@@ -85,6 +85,7 @@ impl ApiResponse for Relayed {
     fn register(_registry: &mut Registry) {}
 }
 
+#[derive(Default)]
 pub struct RelayApi;
 
 #[OpenApi(tag = "ApiTags::Llms")]

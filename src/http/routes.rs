@@ -78,21 +78,24 @@ impl RouteTable {
         });
     }
 
-    /// Adds every path and method of an OpenAPI document as API routes.
-    pub fn add_openapi(&mut self, spec: &serde_json::Value) {
-        let Some(paths) = spec.get("paths").and_then(|p| p.as_object()) else {
-            return;
-        };
-        for (template, operations) in paths {
-            let methods = operations
-                .as_object()
-                .map(|ops| {
-                    ops.keys()
-                        .filter_map(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).ok())
-                        .collect()
-                })
-                .unwrap_or_default();
-            self.add(template, methods, RouteKind::Api, false);
+    /// Adds every path of the operations `T` declares as an API route, with its methods.
+    pub fn add_operations<T: poem_openapi::OpenApi>(&mut self) {
+        let mut methods_by_path: Vec<(String, Vec<Method>)> = Vec::new();
+        for path in T::meta().into_iter().flat_map(|api| api.paths) {
+            let methods = path
+                .operations
+                .into_iter()
+                .map(|operation| operation.method);
+            match methods_by_path
+                .iter_mut()
+                .find(|(known, _)| *known == path.path)
+            {
+                Some((_, known)) => known.extend(methods),
+                None => methods_by_path.push((path.path, methods.collect())),
+            }
+        }
+        for (template, methods) in methods_by_path {
+            self.add(&template, methods, RouteKind::Api, false);
         }
     }
 

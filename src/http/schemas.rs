@@ -267,7 +267,7 @@ impl From<documents::VersionRow> for DocumentVersion {
             external_identifier: r.external_identifier,
             classification: r.classification,
             metadata: r.metadata,
-            status: r.status,
+            status: r.status.as_str().to_owned(),
             version: r.version,
             created_at: r.created_at,
             updated_at: r.updated_at,

@@ -13,37 +13,10 @@ use super::extract::{self, Auth, state};
 use super::respond::{Described, Json};
 use crate::auth::key_check;
 use crate::auth::search_memory::Remembered;
-use crate::retrieval::search::DistanceStrategy;
-use crate::service::search::{self as service, SearchInput, SearchKind, SearchParams};
+use crate::retrieval::kinds::{DistanceStrategies, Listed, SearchTypes};
+use crate::service::search::{self as service, SearchInput, SearchParams};
 
-/// Search kinds of the request's `type`.
-#[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
-#[serde(rename_all = "lowercase")]
-#[oai(rename = "SearchKind", rename_all = "lowercase")]
-pub enum SearchKindName {
-    Similarity,
-    Mmr,
-    /// Full-text search.
-    Search,
-    Hybrid,
-    History,
-    Query,
-}
-
-impl From<SearchKindName> for SearchKind {
-    fn from(name: SearchKindName) -> Self {
-        match name {
-            SearchKindName::Similarity => Self::Similarity,
-            SearchKindName::Mmr => Self::Mmr,
-            SearchKindName::Search => Self::Search,
-            SearchKindName::Hybrid => Self::Hybrid,
-            SearchKindName::History => Self::History,
-            SearchKindName::Query => Self::Query,
-        }
-    }
-}
-
-/// `params` as sent (every field optional).
+/// Search parameters. Omitted: k 5, fetch_k 10. Present: omitted k and fetch_k are 0.
 #[derive(Debug, Clone, Default, Deserialize, Object)]
 #[oai(rename = "SearchParams")]
 pub struct SearchParamsBody {
@@ -76,52 +49,23 @@ impl From<SearchParamsBody> for SearchParams {
     }
 }
 
-/// How vector distances are measured (lower is closer).
-#[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
-#[serde(rename_all = "kebab-case")]
-#[oai(rename = "DistanceStrategy", rename_all = "kebab-case")]
-pub enum DistanceStrategyName {
-    /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
-    Cosine,
-    /// Euclidean (L2) distance.
-    EuclideanDistance,
-    /// Negative inner product.
-    DotProduct,
-    /// Defined by the interface; searches with it fail.
-    MaxInnerProduct,
-}
-
-impl From<DistanceStrategyName> for DistanceStrategy {
-    fn from(name: DistanceStrategyName) -> Self {
-        match name {
-            DistanceStrategyName::Cosine => Self::Cosine,
-            DistanceStrategyName::EuclideanDistance => Self::EuclideanDistance,
-            DistanceStrategyName::DotProduct => Self::DotProduct,
-            DistanceStrategyName::MaxInnerProduct => Self::MaxInnerProduct,
-        }
-    }
-}
-
 /// Body of a search.
 #[derive(Debug, Object, Deserialize)]
 pub struct SearchBody {
     /// Search text.
     query: String,
-    /// `similarity`, `mmr` or `search` (full-text).
     #[serde(rename = "type")]
     #[oai(rename = "type")]
-    kind: SearchKindName,
+    kind: Listed<SearchTypes>,
     /// A name, an array of names (hierarchical matching), or `{classifications, search_type}`.
     classification: extract::Opaque<trove_query::classification::ClassificationRequest>,
-    /// Omitted: k 5, fetch_k 10. Present: omitted k and fetch_k are 0.
     #[serde(default)]
     params: Option<SearchParamsBody>,
     /// Metadata filter; `{}` applies no restriction.
     #[serde(default)]
     filters: Option<extract::Opaque<trove_query::filter::Filter>>,
-    /// `cosine` (default), `euclidean-distance`, `dot-product`; ignored by full-text search.
     #[serde(default)]
-    distance_strategy: Option<DistanceStrategyName>,
+    distance_strategy: Option<Listed<DistanceStrategies>>,
 }
 
 /// [`Auth`] for a search, which also reads the pipeline's search context in the key check's
@@ -179,6 +123,7 @@ impl<'a> ApiExtractor<'a> for SearchAuth {
     }
 }
 
+#[derive(Default)]
 pub struct SearchApi;
 
 #[OpenApi(tag = "ApiTags::Search")]
@@ -199,11 +144,11 @@ impl SearchApi {
         let body = body.0;
         let input = SearchInput {
             query: body.query,
-            kind: body.kind.into(),
+            kind: body.kind.0,
             classification: body.classification.0,
             params: body.params.map(SearchParams::from),
             filters: body.filters.map(|f| f.0),
-            distance_strategy: body.distance_strategy.map(DistanceStrategy::from),
+            distance_strategy: body.distance_strategy.map(|strategy| strategy.0),
         };
         let (auth, context) = match auth {
             SearchAuth::Checked(Auth(auth), context) => (auth, context),

@@ -8,8 +8,8 @@ use poem::http::{HeaderValue, Method, StatusCode, header};
 use poem::{Body, Endpoint, IntoResponse, Request, Response};
 use uuid::Uuid;
 
-use super::connections::Connections;
-use super::routes::{RouteKind, RouteTable};
+use super::connections::{ClientWatch, Connections};
+use super::routes::{RouteEntry, RouteKind, RouteTable};
 use crate::error::ApiError;
 use crate::metrics::ApiMetrics;
 
@@ -122,71 +122,92 @@ impl<A: Endpoint, R: Endpoint, M: Endpoint> Endpoint for Shell<A, R, M> {
             self.record(method, "", response.status(), started);
             return Ok(response);
         };
-        let endpoint = route.template.as_str();
         let pending = self
             .metrics
             .requests_pending
-            .with_label_values(&[method, endpoint]);
+            .with_label_values(&[method, route.template.as_str()]);
         pending.inc();
         let client = self.connections.watch(req.remote_addr().as_socket_addr());
-
         let mut response = match route.kind {
+            RouteKind::Reference => outcome(self.reference.call(req).await, route),
             RouteKind::Api | RouteKind::Statistics | RouteKind::Mcp => {
-                let id = request_id(&req);
-                let mut req = req;
-                req.set_data(super::extract::RouteParams(route.params.clone()));
-                req.set_data(client.clone());
-                let mut response = if is_preflight(&req) {
-                    preflight(&req, &route.methods)
-                } else if route.kind == RouteKind::Mcp {
-                    match self.mcp.call(req).await {
-                        Ok(output) => output.into_response(),
-                        Err(err) => error_response(err, &route.methods),
-                    }
-                } else {
-                    match self.api.call(req).await {
-                        Ok(output) => output.into_response(),
-                        Err(err) => error_response(err, &route.methods),
-                    }
-                };
-                let headers = response.headers_mut();
-                headers.insert(REQUEST_ID, id);
-                headers.insert(
-                    header::ACCESS_CONTROL_ALLOW_ORIGIN,
-                    HeaderValue::from_static("*"),
-                );
-                headers.insert(
-                    header::ACCESS_CONTROL_EXPOSE_HEADERS,
-                    HeaderValue::from_static(if route.kind == RouteKind::Mcp {
-                        "x-request-id, mcp-session-id"
-                    } else {
-                        "x-request-id, x-service-tracing-id"
-                    }),
-                );
-                response
+                self.api_call(req, route, &client).await
             }
-            RouteKind::Reference => match self.reference.call(req).await {
-                Ok(output) => output.into_response(),
-                Err(err) => error_response(err, &route.methods),
-            },
         };
-        self.record(method, endpoint, response.status(), started);
-
+        self.record(method, &route.template, response.status(), started);
         if response.data::<OpenStream>().is_some() {
-            // Keep the gauge up until the stream ends or the client goes away; then the body
-            // (and what it reads from, such as a model server's answer) is dropped.
-            let guard = PendingGuard(pending);
-            let body = response.take_body();
-            let stream = futures_util::StreamExt::map(body.into_bytes_stream(), move |chunk| {
-                let _keep = &guard;
-                chunk
-            });
-            let stream = futures_util::StreamExt::take_until(stream, client.gone());
-            response.set_body(Body::from_bytes_stream(stream));
+            keep_pending_while_streaming(&mut response, pending, client);
         } else {
             pending.dec();
         }
         Ok(response)
+    }
+}
+
+/// The response of an inner endpoint, or the interface's answer to its error.
+fn outcome<T: IntoResponse>(result: poem::Result<T>, route: &RouteEntry) -> Response {
+    match result {
+        Ok(output) => output.into_response(),
+        Err(err) => error_response(err, &route.methods),
+    }
+}
+
+/// Keeps the pending gauge up until a streamed body ends or the client goes away; then the
+/// body (and what it reads from, such as a model server's answer) is dropped.
+fn keep_pending_while_streaming(
+    response: &mut Response,
+    pending: prometheus::Gauge,
+    client: ClientWatch,
+) {
+    let guard = PendingGuard(pending);
+    let body = response.take_body();
+    let stream = futures_util::StreamExt::map(body.into_bytes_stream(), move |chunk| {
+        let _keep = &guard;
+        chunk
+    });
+    let stream = futures_util::StreamExt::take_until(stream, client.gone());
+    response.set_body(Body::from_bytes_stream(stream));
+}
+
+/// Adds the headers of every API response: the request id and the cross-origin ones.
+fn add_api_headers(response: &mut Response, id: HeaderValue, kind: RouteKind) {
+    let headers = response.headers_mut();
+    headers.insert(REQUEST_ID, id);
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(if kind == RouteKind::Mcp {
+            "x-request-id, mcp-session-id"
+        } else {
+            "x-request-id, x-service-tracing-id"
+        }),
+    );
+}
+
+impl<A: Endpoint, R: Endpoint, M: Endpoint> Shell<A, R, M> {
+    /// An API, statistics or MCP request: a preflight is answered here, anything else by its
+    /// endpoint, with the request id and cross-origin headers added.
+    async fn api_call(
+        &self,
+        mut req: Request,
+        route: &RouteEntry,
+        client: &ClientWatch,
+    ) -> Response {
+        let id = request_id(&req);
+        req.set_data(super::extract::RouteParams(route.params.clone()));
+        req.set_data(client.clone());
+        let mut response = if is_preflight(&req) {
+            preflight(&req, &route.methods)
+        } else if route.kind == RouteKind::Mcp {
+            outcome(self.mcp.call(req).await, route)
+        } else {
+            outcome(self.api.call(req).await, route)
+        };
+        add_api_headers(&mut response, id, route.kind);
+        response
     }
 }
 

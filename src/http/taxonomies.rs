@@ -38,6 +38,7 @@ pub struct TaxonomyEntriesBody {
     entries: Vec<schemas::Link>,
 }
 
+#[derive(Default)]
 pub struct TaxonomiesApi;
 
 #[OpenApi(tag = "ApiTags::Taxonomies")]

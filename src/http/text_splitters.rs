@@ -47,6 +47,7 @@ fn to_map(parameters: BTreeMap<String, Value>) -> Map<String, Value> {
     parameters.into_iter().collect()
 }
 
+#[derive(Default)]
 pub struct TextSplittersApi;
 
 #[OpenApi(tag = "ApiTags::TextSplitters")]

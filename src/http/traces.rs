@@ -55,6 +55,7 @@ impl From<Trace> for TraceObject {
     }
 }
 
+#[derive(Default)]
 pub struct TracesApi;
 
 #[OpenApi(tag = "ApiTags::Tracing")]

@@ -58,19 +58,19 @@ impl Queue {
     }
 
     /// Creates the stream when it does not exist.
-    pub async fn ensure_stream(&self) -> Result<(), String> {
+    pub async fn ensure_stream(&self) -> Result<(), QueueError> {
         self.jetstream
             .get_or_create_stream(self.stream_config())
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(QueueError::new)
     }
 
     /// Jobs waiting or being processed: the workers' consumer's jobs not yet delivered plus
     /// those delivered and not yet acknowledged. The stream keeps every job for
     /// [`JOB_RETENTION`] (done or not), so its message count is history, not the queue; before
     /// a worker created the consumer, every job in the stream is waiting.
-    pub async fn jobs_in_progress(&self) -> Result<u64, String> {
+    pub async fn jobs_in_progress(&self) -> Result<u64, QueueError> {
         let stream = match self.jetstream.get_stream(&self.names.stream).await {
             Ok(stream) => stream,
             // No stream yet (NATS was down at start): nothing is queued.
@@ -83,7 +83,7 @@ impl Queue {
             {
                 return Ok(0);
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(QueueError::new(e)),
         };
         match stream.consumer_info(&self.names.consumer).await {
             Ok(info) => Ok(info
@@ -95,11 +95,22 @@ impl Queue {
                     jetstream::context::ConsumerInfoErrorKind::NotFound
                 ) =>
             {
-                let info = stream.get_info().await.map_err(|e| e.to_string())?;
+                let info = stream.get_info().await.map_err(QueueError::new)?;
                 Ok(info.state.messages)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(QueueError::new(e)),
         }
+    }
+}
+
+/// JetStream could not be reached or refused an operation; the text is its client's.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct QueueError(Box<dyn std::error::Error + Send + Sync>);
+
+impl QueueError {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(error))
     }
 }
 
@@ -113,15 +124,15 @@ pub struct Job {
 
 impl Queue {
     /// Publishes a job and waits for JetStream to store it.
-    pub async fn publish(&self, job: &Job) -> Result<(), String> {
+    pub async fn publish(&self, job: &Job) -> Result<(), QueueError> {
         let subject = format!("{}.{}", self.names.subject_prefix, job.pipeline_id);
-        let payload = serde_json::to_vec(job).map_err(|e| e.to_string())?;
+        let payload = serde_json::to_vec(job).map_err(QueueError::new)?;
         let ack = self
             .jetstream
             .publish(subject, payload.into())
             .await
-            .map_err(|e| e.to_string())?;
-        ack.await.map(|_| ()).map_err(|e| e.to_string())
+            .map_err(QueueError::new)?;
+        ack.await.map(|_| ()).map_err(QueueError::new)
     }
 
     /// The JetStream context (the worker's consumer).

@@ -30,7 +30,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::deferred_index::{Deferral, IndexAction, QUIET_SECONDS, index_action};
-use super::queue::{Job, Queue};
+use super::queue::{Job, Queue, QueueError};
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
 use crate::license::License;
@@ -38,6 +38,7 @@ use crate::metadata_schema;
 use crate::metrics::WorkerMetrics;
 use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_spec};
 use crate::providers::splitting::TextSplitting;
+use crate::store::documents::DocumentStatus;
 use crate::store::ingestion::{
     self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob,
     VectorTable,
@@ -226,9 +227,20 @@ enum GroupError {
     Embed(String),
 }
 
+/// A failure of the worker outside a group: the queue or the database.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("queue: {0}")]
+    Queue(#[from] QueueError),
+    #[error("database: {0}")]
+    Database(#[from] DatabaseError),
+    #[error("{error} ({published} jobs published again)")]
+    Republish { error: QueueError, published: usize },
+}
+
 impl Worker {
-    /// Creates the durable consumer, or updates its configuration when it exists (a consumer
-    /// created by an earlier release keeps its ack wait otherwise).
+    /// Creates the durable consumer, or updates its configuration when it exists (so that a
+    /// consumer created with another ack wait takes the configured one).
     pub async fn new(
         pool: Pool,
         queue: &Queue,
@@ -236,14 +248,14 @@ impl Worker {
         embedders: EmbedderCache,
         splitting: TextSplitting,
         license: Arc<License>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, WorkerError> {
         queue.ensure_stream().await?;
         let names = queue.names();
         let stream = queue
             .jetstream()
             .get_stream(&names.stream)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(QueueError::new)?;
         // Create or update: JetStream changes the ack wait of an existing durable consumer.
         let consumer: PullConsumer = stream
             .create_consumer(pull::Config {
@@ -255,7 +267,7 @@ impl Worker {
                 ..Default::default()
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(QueueError::new)?;
         Ok(Self {
             pool,
             queue: queue.clone(),
@@ -283,7 +295,7 @@ impl Worker {
     /// Fetches what is available now (up to 100 jobs, waiting at most `wait`) and processes it.
     /// From its first message until it returns, the batch is marked in progress every third
     /// of the ack wait; a step that is cancelled (its future dropped) stops marking it.
-    pub async fn step(&self, wait: Duration) -> Result<StepOutcome, String> {
+    pub async fn step(&self, wait: Duration) -> Result<StepOutcome, WorkerError> {
         let mut messages = self
             .consumer
             .batch()
@@ -291,7 +303,7 @@ impl Worker {
             .expires(wait.max(Duration::from_millis(100)))
             .messages()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(QueueError::new)?;
         let mut groups: BTreeMap<Uuid, Vec<Delivery>> = BTreeMap::new();
         let mut outcome = StepOutcome::default();
         let batch = InFlight::default();
@@ -476,7 +488,7 @@ impl Worker {
                 finished.push(delivery.slot);
                 continue;
             };
-            if version.status != "pending" {
+            if version.status != DocumentStatus::Pending {
                 self.metrics.skip.inc();
                 outcome.skipped += 1;
                 finished.push(delivery.slot);
@@ -818,7 +830,7 @@ impl Worker {
     /// A job already in the queue may so be queued twice: the second delivery finds the version
     /// no longer pending and is skipped. Stops at the first failed publish (the entries left
     /// are retried after the republish delay).
-    pub async fn republish_unconfirmed(&self) -> Result<usize, String> {
+    pub async fn republish_unconfirmed(&self) -> Result<usize, WorkerError> {
         let mut published = 0;
         loop {
             let jobs = ingestion::claim_unconfirmed_jobs(
@@ -826,8 +838,7 @@ impl Worker {
                 self.republish_after,
                 REPUBLISH_BATCH,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             let mut queued: Vec<UnconfirmedJob> = Vec::with_capacity(jobs.len());
             let mut failure = None;
             for job in &jobs {
@@ -850,13 +861,11 @@ impl Worker {
             if !queued.is_empty() {
                 let (ids, versions): (Vec<Uuid>, Vec<i64>) =
                     queued.iter().map(|j| (j.document_id, j.version)).unzip();
-                ingestion::forget_queued_jobs(&self.pool, &ids, &versions)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                ingestion::forget_queued_jobs(&self.pool, &ids, &versions).await?;
             }
             published += queued.len();
             if let Some(error) = failure {
-                return Err(format!("{error} ({published} jobs published again)"));
+                return Err(WorkerError::Republish { error, published });
             }
             if jobs.len() < usize::try_from(REPUBLISH_BATCH).unwrap_or(usize::MAX) {
                 return Ok(published);

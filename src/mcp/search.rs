@@ -1,84 +1,110 @@
 //! The single place where `search_knowledge` reaches the search service
-//! ([`crate::service::search`], shared with `POST /pipelines/{id}/search`).
+//! ([`crate::service::search`], shared with `POST /pipelines/{id}/search`): the steps in the
+//! interface's order (read the pipeline, select the embedding model, embed the query for every
+//! type, search) and their JSON-RPC errors.
 
-use serde_json::Value;
+use rmcp::ErrorData;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::tools::{Effective, SearchRequest, SearchType};
+use super::tools::{SearchArgs, error_data, parse_uuid};
+use crate::access::AccessLevel;
 use crate::auth::AuthContext;
-use crate::error::ApiResult;
-use crate::retrieval::search::DistanceStrategy;
-use crate::service::search::{
-    self as service, EffectiveParams, Prefetched, QueryVector, SearchInput, SearchKind,
-    SearchParams,
-};
+use crate::error::ApiError;
+use crate::retrieval::kinds::{DistanceStrategy, EffectiveParams};
+use crate::service::pipelines::{self, PipelineRow};
+use crate::service::search::{self as service, Prefetched, QueryVector, SearchInput};
 use crate::state::AppState;
 
-/// Embeds the query with an embedding model of the pipeline.
-pub async fn embed_query(state: &AppState, model_id: Uuid, query: &str) -> ApiResult<Vec<f32>> {
-    service::embed_query(state, model_id, query).await
-}
-
-fn kind(kind: SearchType) -> SearchKind {
-    match kind {
-        SearchType::Similarity => SearchKind::Similarity,
-        SearchType::Mmr => SearchKind::Mmr,
-        SearchType::Search => SearchKind::Search,
-        SearchType::Query => SearchKind::Query,
-        SearchType::Hybrid => SearchKind::Hybrid,
-        SearchType::History => SearchKind::History,
+/// The embedding model of the search: the requested one when the pipeline uses it, else the
+/// pipeline's (`-32600` when there is none to use).
+fn model_id(requested: Option<Uuid>, pipeline: &PipelineRow) -> Result<Uuid, ErrorData> {
+    match (requested, pipeline.em_id) {
+        (Some(requested), Some(model)) if requested == model => Ok(model),
+        (Some(_), _) => Err(ErrorData::invalid_request(
+            "Embedding model not found",
+            None,
+        )),
+        (None, Some(model)) => Ok(model),
+        (None, None) => Err(ErrorData::invalid_request(
+            "Missing embedding model ID",
+            None,
+        )),
     }
 }
 
-/// The service's `params`: always present (so the MCP defaults are explicit), naming the
-/// chosen embedding model.
-fn service_params(params: Effective, model_id: Uuid) -> SearchParams {
-    SearchParams {
-        k: Some(params.k),
-        fetch_k: Some(params.fetch_k),
-        lambda_mult: Some(params.lambda_mult),
-        threshold: params.threshold,
-        embedding: Some(model_id),
-    }
-}
-
-/// The parsed parameters as the service echoes them in errors.
-pub fn params_json(params: Effective, model_id: Uuid) -> Value {
-    EffectiveParams::from_request(Some(&service_params(params, model_id))).to_json()
-}
-
-/// Runs the search of `search_knowledge`: hierarchical classifications, no filter, cosine.
-///
-/// The service reads the pipeline (read and execute); vector searches use
-/// `request.query_vector` (computed first, for every type, as the interface orders it), so the
-/// query is embedded once per call.
+/// Runs `search_knowledge`: hierarchical classifications, no filter, cosine; the query is
+/// embedded once, for every type, before the search.
 pub async fn run(
     state: &AppState,
     auth: &AuthContext,
-    request: SearchRequest,
-) -> ApiResult<Vec<Value>> {
+    args: SearchArgs,
+) -> Result<Vec<Value>, ErrorData> {
+    let pipeline_id = parse_uuid(&args.pipeline_id)?;
+    let requested_model = args
+        .embedding_model_id
+        .as_deref()
+        .map(parse_uuid)
+        .transpose()?;
+
+    // 1. The pipeline, with read and execute.
+    let context = pipelines::require_for_search(
+        &state.pool,
+        auth,
+        pipeline_id,
+        AccessLevel::READ.union(AccessLevel::EXECUTE),
+    )
+    .await
+    .map_err(|error| error_data(&error))?;
+
+    // 2. The embedding model: one of the pipeline's, by model id.
+    let model_id = model_id(requested_model, &context.pipeline)?;
+
+    // 3. The query's embedding, for every type.
+    let vector = match context.stored_model() {
+        Some(stored) => service::embed_query_with(state, &stored, &args.query).await,
+        None => service::embed_query(state, model_id, &args.query).await,
+    }
+    .map_err(|error| error_data(&error))?;
+
+    // 4. The search, with every parameter explicit (so the defaults apply when `params` is
+    // omitted) and naming the chosen model.
+    let mut params = EffectiveParams::from_request(
+        args.params
+            .as_ref()
+            .map(|params| params.as_search_params())
+            .as_ref(),
+    );
+    params.embedding = Some(model_id);
     let input = SearchInput {
-        query: request.query,
-        kind: kind(request.kind),
+        query: args.query,
+        kind: args.kind.0,
         classification: trove_query::classification::ClassificationRequest::hierarchical(
-            request.classifications,
+            args.classifications,
         ),
-        params: Some(service_params(request.params, request.embedding_model_id)),
+        params: Some(params.as_request()),
         filters: None,
         distance_strategy: Some(DistanceStrategy::Cosine),
     };
-    let query_vector = QueryVector {
-        model_id: request.embedding_model_id,
-        vector: request.query_vector,
-    };
-    let pipeline_id = request.context.pipeline.id;
+    let query_vector = QueryVector { model_id, vector };
     service::run_with(
         state,
         auth,
         pipeline_id,
         &input,
         Some(query_vector),
-        Some(Prefetched::read(pipeline_id, request.context)),
+        Some(Prefetched::read(pipeline_id, context)),
     )
     .await
+    .map_err(|error| search_error(&error, &params))
+}
+
+/// The JSON-RPC error of a failed search; a kind the release does not run carries the parsed
+/// parameters as `data.params.params`.
+fn search_error(error: &ApiError, params: &EffectiveParams) -> ErrorData {
+    let mut data = error_data(error);
+    if let ApiError::NotImplemented(_) = error {
+        data.data = Some(json!({ "params": { "params": params.to_json() } }));
+    }
+    data
 }

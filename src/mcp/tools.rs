@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use trove_query::list::{FieldFilter, FilterOp, ListRequest, OrderField, PageRequest};
 use uuid::Uuid;
 
-use crate::access::AccessLevel;
 use crate::auth::AuthContext;
 use crate::error::ApiError;
-use crate::service::pipelines::{PipelineRow, SearchContext};
+use crate::retrieval::kinds::{Listed, Listing, SearchParams, ToolSearchTypes};
+use crate::service::pipelines::PipelineRow;
 use crate::state::AppState;
 
 pub const GET_PIPELINES: &str = "get_pipelines";
@@ -213,7 +213,7 @@ fn search_knowledge_input() -> Value {
             },
             "type": {
                 "type": "string",
-                "enum": ["similarity", "mmr", "search", "query", "hybrid", "history"],
+                "enum": ToolSearchTypes::NAMES,
                 "description": "Search type: `similarity`, `mmr` or `search` (full-text).",
             },
             "embedding_model_id": {
@@ -336,36 +336,14 @@ fn output(value: Value) -> ToolOutcome {
 }
 
 /// `-32600` with the UUID parser's message.
-fn parse_uuid(text: &str) -> Result<Uuid, ErrorData> {
+pub fn parse_uuid(text: &str) -> Result<Uuid, ErrorData> {
     Uuid::parse_str(text).map_err(|error| ErrorData::invalid_request(error.to_string(), None))
 }
 
-/// The JSON-RPC error of a service failure.
-fn service_error(error: ApiError) -> ErrorData {
-    match error {
-        ApiError::NotFound {
-            message: "Pipeline not found",
-            id,
-        } => ErrorData::new(
-            ErrorCode::RESOURCE_NOT_FOUND,
-            "Pipeline not found",
-            Some(json!({ "id": id })),
-        ),
-        ApiError::AccessDenied { level, .. } => {
-            ErrorData::internal_error(format!("Authorization error: {level}"), None)
-        }
-        other => ErrorData::internal_error(describe(&other), None),
-    }
-}
-
-/// A one-line description of a failure: the REST message from the error table, or its
-/// reason where the REST message is the generic `Internal error`.
-fn describe(error: &ApiError) -> String {
-    match error {
-        ApiError::Internal(reason) => reason.clone(),
-        ApiError::Grpc(status) => format!("gRPC error: {status}"),
-        other => other.message(),
-    }
+/// The JSON-RPC error of a service failure (the mapping is [`ApiError::mcp_failure`]).
+pub fn error_data(error: &ApiError) -> ErrorData {
+    let failure = error.mcp_failure();
+    ErrorData::new(ErrorCode(failure.code), failure.message, failure.data)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,7 +407,7 @@ async fn get_pipelines(
         Ok(pipeline_summary(&row))
     })
     .await
-    .map_err(service_error)?;
+    .map_err(|error| error_data(&error))?;
     output(json!({ "results": envelope.data }))
 }
 
@@ -451,7 +429,7 @@ async fn get_pipeline_classifications(
     let (classifications, hierarchy) =
         crate::service::pipelines::classifications(&state.pool, auth, id)
             .await
-            .map_err(service_error)?;
+            .map_err(|error| error_data(&error))?;
     let hierarchy: Vec<[String; 2]> = hierarchy.into_iter().map(|(a, b)| [a, b]).collect();
     output(json!({ "classifications": classifications, "hierarchy": hierarchy }))
 }
@@ -460,19 +438,8 @@ async fn get_pipeline_classifications(
 // search_knowledge
 // ---------------------------------------------------------------------------------------------
 
-/// `type` of `search_knowledge` (the schema lists every value; only the first three run).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SearchType {
-    Similarity,
-    Mmr,
-    Search,
-    Query,
-    Hybrid,
-    History,
-}
-
-/// `params` of `search_knowledge`.
+/// `params` of `search_knowledge`: the search parameters, except that `embedding` is accepted
+/// and ignored (the model is chosen by `embedding_model_id`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SearchToolParams {
     #[serde(default)]
@@ -483,136 +450,41 @@ pub struct SearchToolParams {
     pub lambda_mult: Option<f64>,
     #[serde(default)]
     pub threshold: Option<f64>,
-    /// Accepted and ignored (the model is chosen by `embedding_model_id`).
     #[serde(default)]
     pub embedding: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
-struct SearchArgs {
-    pipeline_id: String,
-    query: String,
-    classifications: Vec<String>,
-    #[serde(rename = "type")]
-    kind: SearchType,
-    #[serde(default)]
-    embedding_model_id: Option<String>,
-    #[serde(default)]
-    params: Option<SearchToolParams>,
-}
-
-/// The effective parameters: `k` 5 and `fetch_k` 10 when `params` is omitted; 0 for an omitted
-/// one when it is present; `lambda_mult` 0.5 unless given.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Effective {
-    pub k: u16,
-    pub fetch_k: u16,
-    pub lambda_mult: f64,
-    pub threshold: Option<f64>,
-}
-
-impl Effective {
-    pub fn of(params: Option<&SearchToolParams>) -> Self {
-        match params {
-            None => Self {
-                k: 5,
-                fetch_k: 10,
-                lambda_mult: 0.5,
-                threshold: None,
-            },
-            Some(p) => Self {
-                k: p.k.unwrap_or(0),
-                fetch_k: p.fetch_k.unwrap_or(0),
-                lambda_mult: p.lambda_mult.unwrap_or(0.5),
-                threshold: p.threshold,
-            },
+impl SearchToolParams {
+    /// The search parameters as sent, without `embedding`.
+    pub fn as_search_params(&self) -> SearchParams {
+        SearchParams {
+            k: self.k,
+            fetch_k: self.fetch_k,
+            lambda_mult: self.lambda_mult,
+            threshold: self.threshold,
+            embedding: None,
         }
     }
 }
 
-/// What the search itself receives once the pipeline is readable and executable, the model
-/// chosen and the query embedded.
-pub struct SearchRequest {
-    /// The pipeline as read for the search (its model, classifications, vector count).
-    pub context: SearchContext,
+/// The arguments of `search_knowledge`, as sent.
+#[derive(Debug, Deserialize)]
+pub struct SearchArgs {
+    pub pipeline_id: String,
     pub query: String,
-    pub kind: SearchType,
     pub classifications: Vec<String>,
-    pub embedding_model_id: Uuid,
-    pub query_vector: Vec<f32>,
-    pub params: Effective,
+    #[serde(rename = "type")]
+    pub kind: Listed<ToolSearchTypes>,
+    #[serde(default)]
+    pub embedding_model_id: Option<String>,
+    #[serde(default)]
+    pub params: Option<SearchToolParams>,
 }
 
 async fn search_knowledge(state: &AppState, auth: &AuthContext, args: SearchArgs) -> ToolOutcome {
-    let pipeline_id = parse_uuid(&args.pipeline_id)?;
-    let requested_model = args
-        .embedding_model_id
-        .as_deref()
-        .map(parse_uuid)
-        .transpose()?;
-    let params = Effective::of(args.params.as_ref());
-
-    // 1. The pipeline, with read and execute.
-    let context = crate::service::pipelines::require_for_search(
-        &state.pool,
-        auth,
-        pipeline_id,
-        AccessLevel::READ.union(AccessLevel::EXECUTE),
-    )
-    .await
-    .map_err(service_error)?;
-    let pipeline = &context.pipeline;
-
-    // 2. The embedding model: one of the pipeline's, by model id.
-    let model_id = match (requested_model, pipeline.em_id) {
-        (Some(requested), Some(model)) if requested == model => model,
-        (Some(_), _) => {
-            return Err(ErrorData::invalid_request(
-                "Embedding model not found",
-                None,
-            ));
-        }
-        (None, Some(model)) => model,
-        (None, None) => {
-            return Err(ErrorData::invalid_request(
-                "Missing embedding model ID",
-                None,
-            ));
-        }
-    };
-
-    // 3. The query's embedding, for every type.
-    let query_vector = match context.stored_model() {
-        Some(stored) => crate::service::search::embed_query_with(state, &stored, &args.query).await,
-        None => crate::service::search::embed_query(state, model_id, &args.query).await,
-    }
-    .map_err(service_error)?;
-
-    // 4. The search.
-    let request = SearchRequest {
-        context,
-        query: args.query,
-        kind: args.kind,
-        classifications: args.classifications,
-        embedding_model_id: model_id,
-        query_vector,
-        params,
-    };
-    match super::search::run(state, auth, request).await {
-        Ok(fragments) => {
-            let results: Vec<Value> = fragments.into_iter().map(with_null_fields).collect();
-            output(json!({ "results": results }))
-        }
-        Err(ApiError::InvalidSearchType) => Err(ErrorData::internal_error(
-            "Invalid search type or parameters",
-            None,
-        )),
-        Err(ApiError::NotImplemented(message)) => Err(ErrorData::internal_error(
-            message,
-            Some(json!({ "params": { "params": super::search::params_json(params, model_id) } })),
-        )),
-        Err(other) => Err(service_error(other)),
-    }
+    let fragments = super::search::run(state, auth, args).await?;
+    let results: Vec<Value> = fragments.into_iter().map(with_null_fields).collect();
+    output(json!({ "results": results }))
 }
 
 /// MCP fragments carry `embedding` and `expired_at` as null (addendum §16).

@@ -2,5 +2,6 @@
 
 pub mod cost;
 pub mod estimates;
+pub mod kinds;
 pub mod mmr;
 pub mod search;

@@ -14,18 +14,7 @@ use uuid::Uuid;
 use super::mmr::{self, Similarity};
 use crate::error::{ApiError, ApiResult};
 
-/// How vector distances are measured (lower is closer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DistanceStrategy {
-    /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
-    Cosine,
-    /// Euclidean (L2) distance.
-    EuclideanDistance,
-    /// Negative inner product.
-    DotProduct,
-    /// Defined by the interface; searches with it fail.
-    MaxInnerProduct,
-}
+pub use super::kinds::DistanceStrategy;
 
 impl DistanceStrategy {
     fn distance(self) -> Option<Distance> {

@@ -12,11 +12,10 @@ use trove_query::filter::Filter;
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
-use super::search::{self as search_service, QueryVector, SearchInput, SearchKind, SearchParams};
+use super::search::{self as search_service, QueryVector, SearchInput, SearchParams};
 use crate::access::{AccessLevel, ObjectType};
 use crate::agents::definition::{
-    AgentDefinition, DefinitionError, Message, Placeholder, PlaceholderType, RenderedMessage,
-    RetrievalParams,
+    AgentDefinition, DefinitionError, Message, Placeholder, RenderedMessage, RetrievalParams,
 };
 pub use crate::agents::trace::Trace;
 use crate::agents::trace::{self, AnswerRecorder, TraceIds};
@@ -24,7 +23,7 @@ use crate::auth::AuthContext;
 use crate::auth::license::check_license;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::llm::{ChatEvent, ChatMessage, ChatStream, collect};
-use crate::retrieval::search::DistanceStrategy;
+use crate::retrieval::kinds::DistanceStrategy;
 use crate::state::AppState;
 use crate::store::Pool;
 pub use crate::store::agents::AgentRow;
@@ -75,7 +74,7 @@ impl From<DefinitionError> for ApiError {
                 tracing::debug!(%problem, "agent prompt refused");
                 Self::InvalidPrompt
             }
-            DefinitionError::InvalidPlaceholder(kind) => Self::InvalidPlaceholder(kind.as_str()),
+            DefinitionError::InvalidPlaceholder(kind) => Self::InvalidPlaceholder(kind.wire_name()),
         }
     }
 }
@@ -290,7 +289,7 @@ async fn query_vectors(
     }
     let targets: HashSet<&str> = definition
         .retrieval_placeholders()
-        .filter(|p| matches!(p.kind, PlaceholderType::Similarity | PlaceholderType::Mmr))
+        .filter(|p| p.kind.embeds_query())
         .filter_map(|p| p.target.as_deref())
         .collect();
     let embedded = join_all(targets.into_iter().filter_map(|target| {
@@ -315,17 +314,6 @@ async fn query_vectors(
             ))
         })
         .collect()
-}
-
-fn search_kind(kind: PlaceholderType) -> SearchKind {
-    match kind {
-        PlaceholderType::Similarity => SearchKind::Similarity,
-        PlaceholderType::Mmr => SearchKind::Mmr,
-        PlaceholderType::Search => SearchKind::Search,
-        PlaceholderType::Query => SearchKind::Query,
-        PlaceholderType::Hybrid => SearchKind::Hybrid,
-        PlaceholderType::History => SearchKind::History,
-    }
 }
 
 fn search_params(params: RetrievalParams) -> SearchParams {
@@ -356,11 +344,11 @@ async fn retrieve(
         let target = placeholder.target.as_deref().unwrap_or_default();
         let search = SearchInput {
             query: input.variables.get(target).cloned().unwrap_or_default(),
-            kind: search_kind(placeholder.kind),
+            kind: placeholder.kind,
             classification: input.classification.clone(),
             params: Some(search_params(placeholder.effective_params())),
             filters: input.filters.get(&placeholder.name).cloned(),
-            distance_strategy: Some(DistanceStrategy::Cosine),
+            distance_strategy: Some(DistanceStrategy::DEFAULT),
         };
         let vector = vectors.get(target).map(|v| QueryVector {
             model_id: v.model_id,

@@ -19,8 +19,7 @@ pub fn check(classifications: &[String], hierarchy: &[(String, String)]) -> Resu
     }
     let mut seen = HashSet::new();
     for name in classifications {
-        let len = name.chars().count();
-        if !(1..=255).contains(&len) || name == "*" || !seen.insert(name.as_str()) {
+        if !crate::names::has_valid_length(name) || name == "*" || !seen.insert(name.as_str()) {
             return Err(invalid(format!("Invalid classification: {name}")));
         }
     }

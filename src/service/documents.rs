@@ -178,11 +178,7 @@ fn item_error(index: usize, error: ApiError) -> ApiError {
     match error {
         // The pipeline's absence, the key's permissions and the service's own failures are
         // the request's, not the item's.
-        ApiError::NotFound {
-            message: "Pipeline not found",
-            ..
-        }
-        | ApiError::AccessDenied { .. } => error,
+        ApiError::PipelineNotFound(_) | ApiError::AccessDenied { .. } => error,
         error if error.status().is_server_error() => error,
         error => ApiError::BatchItem {
             index,
@@ -381,7 +377,7 @@ async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
     // The queued jobs' outbox entries go, in the background (`ingest::outbox`).
     state.queued_jobs.record(&queued);
     match failure {
-        Some(error) => Err(ApiError::Nats(error)),
+        Some(error) => Err(ApiError::Nats(error.to_string())),
         None => Ok(()),
     }
 }

@@ -63,8 +63,7 @@ impl<T> Change<T> {
 
 /// Validates a `name` field: 1–255 characters.
 pub fn validate_name(name: &str) -> Result<(), crate::error::ApiError> {
-    let len = name.chars().count();
-    if (1..=255).contains(&len) {
+    if crate::names::has_valid_length(name) {
         Ok(())
     } else {
         Err(crate::error::ApiError::InvalidParameter(

@@ -81,10 +81,7 @@ pub const INDEX_LIST: ListSpec = ListSpec {
 
 /// `Pipeline not found` with the id.
 pub fn not_found(id: Uuid) -> ApiError {
-    ApiError::NotFound {
-        message: "Pipeline not found",
-        id: Some(id),
-    }
+    ApiError::PipelineNotFound(Some(id))
 }
 
 /// `Pipeline not found` unless the key holds every bit of `needed` on the pipeline.

@@ -11,92 +11,12 @@ use crate::auth::search_memory::Remembered;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
-use crate::retrieval::search::{
-    self, DistanceStrategy, Gate, Hit, NearestPath, Scope, VectorQuery,
-};
+pub use crate::retrieval::kinds::{DistanceStrategy, EffectiveParams, SearchKind, SearchParams};
+use crate::retrieval::search::{self, Gate, Hit, NearestPath, Scope, VectorQuery};
 use crate::state::AppState;
 use crate::store::api_keys::KeyRead;
 use crate::store::pipelines::{PipelineRow, SearchContext};
 use crate::store::{Connection, DatabaseError};
-
-/// Search kinds of the request's `type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SearchKind {
-    Similarity,
-    Mmr,
-    /// Full-text search.
-    Search,
-    Hybrid,
-    History,
-    Query,
-}
-
-/// `params` as sent (every field optional).
-#[derive(Debug, Clone, Default)]
-pub struct SearchParams {
-    /// Fragments to return (0..65535).
-    pub k: Option<u16>,
-    /// MMR candidates (0..65535).
-    pub fetch_k: Option<u16>,
-    /// MMR balance: 1 relevance only, 0 maximum diversity.
-    pub lambda_mult: Option<f64>,
-    /// Maximum distance (vector search) or minimum rank (full-text).
-    pub threshold: Option<f64>,
-    /// A vector embedding id of the pipeline, or the id of its model.
-    pub embedding: Option<Uuid>,
-}
-
-/// The effective parameters: defaults when `params` is omitted (k 5, fetch_k 10), zeros for
-/// omitted fields when it is present, `lambda_mult` 0.5 either way.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EffectiveParams {
-    pub k: u64,
-    pub fetch_k: u64,
-    pub lambda_mult: f64,
-    pub threshold: Option<f64>,
-    pub embedding: Option<Uuid>,
-}
-
-impl EffectiveParams {
-    pub fn from_request(params: Option<&SearchParams>) -> Self {
-        match params {
-            None => Self {
-                k: 5,
-                fetch_k: 10,
-                lambda_mult: 0.5,
-                threshold: None,
-                embedding: None,
-            },
-            Some(p) => Self {
-                k: p.k.map_or(0, u64::from),
-                fetch_k: p.fetch_k.map_or(0, u64::from),
-                lambda_mult: p.lambda_mult.unwrap_or(0.5),
-                threshold: p.threshold,
-                embedding: p.embedding,
-            },
-        }
-    }
-
-    /// The parsed parameters as the interface echoes them (`details.params`).
-    /// Rows a vector search's statement selects: `k`, or MMR's `fetch_k`.
-    fn statement_rows(&self, kind: SearchKind) -> u64 {
-        if kind == SearchKind::Mmr {
-            self.fetch_k
-        } else {
-            self.k
-        }
-    }
-
-    pub fn to_json(&self) -> Value {
-        json!({
-            "k": self.k,
-            "fetch_k": self.fetch_k,
-            "lambda_mult": self.lambda_mult,
-            "threshold": self.threshold,
-            "embedding": self.embedding,
-        })
-    }
-}
 
 /// A search request, already deserialized.
 pub struct SearchInput {
@@ -292,8 +212,7 @@ pub async fn run_remembered(
     input: &SearchInput,
 ) -> Option<Vec<Value>> {
     let context = &remembered.context;
-    let vector_kind = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
-    if !vector_kind || embeds_remotely(&context.pipeline) {
+    if !input.kind.embeds_query() || embeds_remotely(&context.pipeline) {
         return None;
     }
     let prefetched = Prefetched {
@@ -375,12 +294,10 @@ pub async fn run_with(
     check_kind(input.kind, pipeline, &params)?;
     // The query's vector (similarity and MMR with k > 0) is computed while the
     // classifications are read and the filter compiled.
-    let vector_target = match input.kind {
-        SearchKind::Similarity | SearchKind::Mmr => {
-            Some(vector_embedding(pipeline, params.embedding))
-        }
-        _ => None,
-    };
+    let vector_target = input
+        .kind
+        .embeds_query()
+        .then(|| vector_embedding(pipeline, params.embedding));
     let wants_vector = params.k > 0 && (input.kind != SearchKind::Mmr || params.fetch_k > 0);
     let embedding = query_embedding(
         state,
@@ -421,7 +338,7 @@ pub async fn run_with(
                 // k = 0, or MMR with fetch_k = 0.
                 return Ok(Vec::new());
             };
-            let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::Cosine);
+            let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::DEFAULT);
             search.vector(input.kind, ve, &vector?, strategy).await?
         }
         _ => search.full_text(&input.query).await?,
@@ -457,14 +374,11 @@ async fn permitted_context(
 
 /// The search kinds a pipeline cannot serve.
 fn check_kind(kind: SearchKind, pipeline: &PipelineRow, params: &EffectiveParams) -> ApiResult<()> {
+    if let Some(message) = kind.not_implemented() {
+        return Err(ApiError::NotImplemented(message));
+    }
     match kind {
         SearchKind::Query => Err(ApiError::InvalidSearchType),
-        SearchKind::Hybrid => Err(ApiError::NotImplemented(
-            "Hybrid placeholder is not implemented yet",
-        )),
-        SearchKind::History => Err(ApiError::NotImplemented(
-            "History placeholder is not implemented yet",
-        )),
         SearchKind::Search if !pipeline.has_full_text_search => {
             Err(ApiError::FullTextDisabled(params.to_json()))
         }
@@ -659,14 +573,14 @@ impl Search<'_> {
         let scope = self.scope();
         let p = &self.params;
         let hits = if kind == SearchKind::Similarity {
-            search::similarity(&mut connection, &scope, &query, p.k, p.threshold).await
+            search::similarity(&mut connection, &scope, &query, p.k.into(), p.threshold).await
         } else {
             search::mmr(
                 &mut connection,
                 &scope,
                 &query,
-                p.k,
-                p.fetch_k,
+                p.k.into(),
+                p.fetch_k.into(),
                 p.lambda_mult,
                 p.threshold,
             )
@@ -691,7 +605,7 @@ impl Search<'_> {
             &mut connection,
             &scope,
             query,
-            self.params.k,
+            self.params.k.into(),
             self.params.threshold,
         )
         .await?;

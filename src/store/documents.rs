@@ -12,6 +12,44 @@ use uuid::Uuid;
 use crate::time::rfc3339;
 
 /// One document version as the API shows it.
+/// Where a document version stands: waiting for a worker, processed, or given up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocumentStatus {
+    Pending,
+    Success,
+    Failed,
+}
+
+impl DocumentStatus {
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Success => "success",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// A stored status no version can have.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown document status {0:?}")]
+pub struct UnknownStatus(String);
+
+impl TryFrom<String> for DocumentStatus {
+    type Error = UnknownStatus;
+
+    fn try_from(text: String) -> Result<Self, UnknownStatus> {
+        match text.as_str() {
+            "pending" => Ok(Self::Pending),
+            "success" => Ok(Self::Success),
+            "failed" => Ok(Self::Failed),
+            _ => Err(UnknownStatus(text)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct VersionRow {
     pub id: Uuid,
@@ -19,7 +57,8 @@ pub struct VersionRow {
     pub external_identifier: String,
     pub classification: String,
     pub metadata: Value,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: DocumentStatus,
     /// Microseconds since the Unix epoch; equals `created_at`.
     pub version: i64,
     #[serde(with = "rfc3339")]

@@ -10,6 +10,7 @@ use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgPool};
 use uuid::Uuid;
 
+use super::documents::DocumentStatus;
 use super::vectors;
 
 /// What the worker needs of a group's pipeline.
@@ -45,7 +46,8 @@ pub async fn pipeline_for_work(
 pub struct JobVersion {
     pub id: Uuid,
     pub version: i64,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: DocumentStatus,
     pub classification: String,
     pub metadata: Value,
     pub text_splitter_id: Option<Uuid>,

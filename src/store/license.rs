@@ -4,8 +4,8 @@ use crate::access::ObjectType;
 
 use sqlx::PgPool;
 
-/// How many objects of a type exist (seeded objects count). Types whose storage does not
-/// exist in this release count 0.
+/// How many objects of a type exist (seeded objects count). Types with no storage of their
+/// own count 0.
 pub async fn count_objects(pool: &PgPool, object_type: ObjectType) -> Result<i64, sqlx::Error> {
     let Some(sql) = counted_table(object_type) else {
         return Ok(0);
@@ -13,7 +13,7 @@ pub async fn count_objects(pool: &PgPool, object_type: ObjectType) -> Result<i64
     sqlx::query_scalar(sql).fetch_one(pool).await
 }
 
-/// The count statement of a type, for the types stored in this release.
+/// The count statement of a type, for the types with storage of their own.
 fn counted_table(object_type: ObjectType) -> Option<&'static str> {
     match object_type {
         ObjectType::ApiKeys => Some("SELECT count(*) FROM api_keys"),

@@ -1,0 +1,481 @@
+//! What a search asks for, declared once for every surface that runs one: the search kinds
+//! (the REST `type`, agent placeholder types, the MCP tool's `type`), the distance strategies,
+//! and the parameters with their defaults.
+//!
+//! Each surface lists the kinds in the order its own schema and error messages show them
+//! (serde's `expected one of ...` follows it): a [`Listing`] is that order, and [`Listed`]
+//! parses a name within it. A new kind is a variant here; the compiler then asks for its name
+//! and its properties, and each listing decides whether it shows it.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, EnumAccess, VariantAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// A value with a name on the wire.
+pub trait Named: Copy + PartialEq + Send + Sync + 'static {
+    /// The name on the wire.
+    fn name(self) -> &'static str;
+}
+
+/// An ordered list of the values a surface accepts, with their names in the same order.
+pub trait Listing: Send + Sync + 'static {
+    type Item: Named;
+    /// The values, in the surface's order.
+    const ITEMS: &'static [Self::Item];
+    /// Their names, in the same order.
+    const NAMES: &'static [&'static str];
+}
+
+/// The names of `kinds`, in order: the `NAMES` of a listing of search kinds.
+const fn kind_names<const N: usize>(kinds: [SearchKind; N]) -> [&'static str; N] {
+    let mut names = [""; N];
+    let mut at = 0;
+    while at < N {
+        names[at] = kinds[at].wire_name();
+        at += 1;
+    }
+    names
+}
+
+/// A value of the listing `L`, parsed from its name as serde's derive would parse a unit
+/// variant: an unknown name is refused with `unknown variant `x`, expected one of ...` in the
+/// listing's order.
+pub struct Listed<L: Listing>(pub L::Item, PhantomData<L>);
+
+impl<L: Listing> Listed<L> {
+    pub fn new(item: L::Item) -> Self {
+        Self(item, PhantomData)
+    }
+}
+
+impl<L: Listing> Clone for Listed<L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L: Listing> Copy for Listed<L> {}
+
+impl<L: Listing> fmt::Debug for Listed<L> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.0.name())
+    }
+}
+
+impl<L: Listing> Serialize for Listed<L> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.name())
+    }
+}
+
+impl<'de, L: Listing> Deserialize<'de> for Listed<L> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor<L>(PhantomData<L>);
+
+        impl<'de, L: Listing> Visitor<'de> for NameVisitor<L> {
+            type Value = L::Item;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("variant identifier")
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<L::Item, E> {
+                L::ITEMS
+                    .iter()
+                    .copied()
+                    .find(|item| item.name() == name)
+                    .ok_or_else(|| E::unknown_variant(name, L::NAMES))
+            }
+        }
+
+        struct ListingVisitor<L>(PhantomData<L>);
+
+        impl<'de, L: Listing> Visitor<'de> for ListingVisitor<L> {
+            type Value = L::Item;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("a unit variant")
+            }
+
+            fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<L::Item, A::Error> {
+                struct Seed<L>(PhantomData<L>);
+                impl<'de, L: Listing> de::DeserializeSeed<'de> for Seed<L> {
+                    type Value = L::Item;
+                    fn deserialize<D: Deserializer<'de>>(
+                        self,
+                        deserializer: D,
+                    ) -> Result<L::Item, D::Error> {
+                        deserializer.deserialize_identifier(NameVisitor::<L>(PhantomData))
+                    }
+                }
+                let (item, variant) = data.variant_seed(Seed::<L>(PhantomData))?;
+                variant.unit_variant()?;
+                Ok(item)
+            }
+        }
+
+        deserializer
+            .deserialize_enum("", L::NAMES, ListingVisitor::<L>(PhantomData))
+            .map(Self::new)
+    }
+}
+
+/// The kinds of search a request, a placeholder or a tool call can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SearchKind {
+    /// Fragments nearest to the query's embedding.
+    Similarity,
+    /// Maximal marginal relevance among the nearest candidates.
+    Mmr,
+    /// Full-text search: every word of the query (after stemming and stop words) appears.
+    Search,
+    /// Both lists fused by reciprocal rank (not implemented by the interface's release).
+    Hybrid,
+    /// Conversation history (not implemented by the interface's release).
+    History,
+    /// A value the client supplies: agent placeholders only; refused by search.
+    Query,
+}
+
+impl Named for SearchKind {
+    fn name(self) -> &'static str {
+        self.wire_name()
+    }
+}
+
+impl SearchKind {
+    /// The name on the wire (lowercase).
+    pub const fn wire_name(self) -> &'static str {
+        match self {
+            Self::Similarity => "similarity",
+            Self::Mmr => "mmr",
+            Self::Search => "search",
+            Self::Hybrid => "hybrid",
+            Self::History => "history",
+            Self::Query => "query",
+        }
+    }
+
+    /// Whether the kind fills an agent placeholder by searching the pipeline.
+    ///
+    /// `hybrid` is not counted although its name suggests retrieval: no search exists for it,
+    /// and a definition holding it is rejected as not implemented before any rule about
+    /// retrieval placeholders is checked.
+    pub const fn is_retrieval(self) -> bool {
+        matches!(self, Self::Similarity | Self::Mmr | Self::Search)
+    }
+
+    /// Whether a search of this kind needs the query's embedding.
+    pub const fn embeds_query(self) -> bool {
+        matches!(self, Self::Similarity | Self::Mmr)
+    }
+
+    /// Whether searches and agents run the kind (`hybrid` and `history` answer 501).
+    pub const fn is_implemented(self) -> bool {
+        self.not_implemented().is_none()
+    }
+
+    /// The 501 message of a kind the interface's release lists but does not run.
+    pub const fn not_implemented(self) -> Option<&'static str> {
+        match self {
+            Self::Hybrid => Some("Hybrid placeholder is not implemented yet"),
+            Self::History => Some("History placeholder is not implemented yet"),
+            Self::Similarity | Self::Mmr | Self::Search | Self::Query => None,
+        }
+    }
+}
+
+impl Serialize for SearchKind {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.wire_name())
+    }
+}
+
+impl fmt::Display for SearchKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.wire_name())
+    }
+}
+
+/// The search kinds in the order of `POST /pipelines/{pipeline_id}/search`'s `type`.
+pub struct SearchTypes;
+
+impl Listing for SearchTypes {
+    type Item = SearchKind;
+    const ITEMS: &'static [SearchKind] = &SEARCH_TYPES;
+    const NAMES: &'static [&'static str] = &kind_names(SEARCH_TYPES);
+}
+
+const SEARCH_TYPES: [SearchKind; 6] = [
+    SearchKind::Similarity,
+    SearchKind::Mmr,
+    SearchKind::Search,
+    SearchKind::Hybrid,
+    SearchKind::History,
+    SearchKind::Query,
+];
+
+/// The search kinds in the order of agent placeholder types (`query` first).
+pub struct PlaceholderTypes;
+
+impl Listing for PlaceholderTypes {
+    type Item = SearchKind;
+    const ITEMS: &'static [SearchKind] = &PLACEHOLDER_TYPES;
+    const NAMES: &'static [&'static str] = &kind_names(PLACEHOLDER_TYPES);
+}
+
+const PLACEHOLDER_TYPES: [SearchKind; 6] = [
+    SearchKind::Query,
+    SearchKind::Similarity,
+    SearchKind::Mmr,
+    SearchKind::Search,
+    SearchKind::Hybrid,
+    SearchKind::History,
+];
+
+/// The search kinds in the order of the MCP tool `search_knowledge`'s `type`.
+pub struct ToolSearchTypes;
+
+impl Listing for ToolSearchTypes {
+    type Item = SearchKind;
+    const ITEMS: &'static [SearchKind] = &TOOL_SEARCH_TYPES;
+    const NAMES: &'static [&'static str] = &kind_names(TOOL_SEARCH_TYPES);
+}
+
+const TOOL_SEARCH_TYPES: [SearchKind; 6] = [
+    SearchKind::Similarity,
+    SearchKind::Mmr,
+    SearchKind::Search,
+    SearchKind::Query,
+    SearchKind::Hybrid,
+    SearchKind::History,
+];
+
+/// How vector distances are measured (lower is closer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DistanceStrategy {
+    /// 1 − cosine similarity (0..2). The default, and the one the HNSW index serves.
+    Cosine,
+    /// Euclidean (L2) distance.
+    EuclideanDistance,
+    /// Negative inner product.
+    DotProduct,
+    /// Defined by the interface; searches with it fail.
+    MaxInnerProduct,
+}
+
+impl DistanceStrategy {
+    /// The strategy of a search that names none.
+    pub const DEFAULT: Self = Self::Cosine;
+}
+
+impl DistanceStrategy {
+    /// The name on the wire.
+    pub const fn wire_name(self) -> &'static str {
+        match self {
+            Self::Cosine => "cosine",
+            Self::EuclideanDistance => "euclidean-distance",
+            Self::DotProduct => "dot-product",
+            Self::MaxInnerProduct => "max-inner-product",
+        }
+    }
+}
+
+impl Named for DistanceStrategy {
+    fn name(self) -> &'static str {
+        self.wire_name()
+    }
+}
+
+/// Every distance strategy, in the interface's order.
+pub struct DistanceStrategies;
+
+impl Listing for DistanceStrategies {
+    type Item = DistanceStrategy;
+    const ITEMS: &'static [DistanceStrategy] = &DISTANCE_STRATEGIES;
+    const NAMES: &'static [&'static str] = &[
+        DISTANCE_STRATEGIES[0].wire_name(),
+        DISTANCE_STRATEGIES[1].wire_name(),
+        DISTANCE_STRATEGIES[2].wire_name(),
+        DISTANCE_STRATEGIES[3].wire_name(),
+    ];
+}
+
+const DISTANCE_STRATEGIES: [DistanceStrategy; 4] = [
+    DistanceStrategy::Cosine,
+    DistanceStrategy::EuclideanDistance,
+    DistanceStrategy::DotProduct,
+    DistanceStrategy::MaxInnerProduct,
+];
+
+/// `k` when `params` is omitted.
+pub const DEFAULT_K: u16 = 5;
+/// `fetch_k` when `params` is omitted.
+pub const DEFAULT_FETCH_K: u16 = 10;
+/// `lambda_mult` whenever it is omitted.
+pub const DEFAULT_LAMBDA_MULT: f64 = 0.5;
+
+/// `params` as sent (every field optional), by REST, MCP and agent placeholders alike.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct SearchParams {
+    /// Fragments to return (0..65535).
+    #[serde(default)]
+    pub k: Option<u16>,
+    /// MMR candidates (0..65535).
+    #[serde(default)]
+    pub fetch_k: Option<u16>,
+    /// MMR balance: 1 relevance only, 0 maximum diversity.
+    #[serde(default)]
+    pub lambda_mult: Option<f64>,
+    /// Maximum distance (vector search) or minimum rank (full-text).
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    /// A vector embedding id of the pipeline, or the id of its model.
+    #[serde(default)]
+    pub embedding: Option<Uuid>,
+}
+
+/// The parameters a search runs with: the defaults when `params` is omitted (k 5, fetch_k
+/// 10), 0 for omitted `k` and `fetch_k` when it is present, `lambda_mult` 0.5 either way.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EffectiveParams {
+    pub k: u16,
+    pub fetch_k: u16,
+    pub lambda_mult: f64,
+    pub threshold: Option<f64>,
+    pub embedding: Option<Uuid>,
+}
+
+impl Default for EffectiveParams {
+    /// The parameters of a search without `params`.
+    fn default() -> Self {
+        Self {
+            k: DEFAULT_K,
+            fetch_k: DEFAULT_FETCH_K,
+            lambda_mult: DEFAULT_LAMBDA_MULT,
+            threshold: None,
+            embedding: None,
+        }
+    }
+}
+
+impl EffectiveParams {
+    /// The parameters of a request whose `params` is `params`.
+    pub fn from_request(params: Option<&SearchParams>) -> Self {
+        match params {
+            None => Self::default(),
+            Some(p) => Self {
+                k: p.k.unwrap_or(0),
+                fetch_k: p.fetch_k.unwrap_or(0),
+                lambda_mult: p.lambda_mult.unwrap_or(DEFAULT_LAMBDA_MULT),
+                threshold: p.threshold,
+                embedding: p.embedding,
+            },
+        }
+    }
+
+    /// The same parameters as a request's `params` naming each of them.
+    pub fn as_request(&self) -> SearchParams {
+        SearchParams {
+            k: Some(self.k),
+            fetch_k: Some(self.fetch_k),
+            lambda_mult: Some(self.lambda_mult),
+            threshold: self.threshold,
+            embedding: self.embedding,
+        }
+    }
+
+    /// Rows a vector search's statement selects: `k`, or MMR's `fetch_k`.
+    pub fn statement_rows(&self, kind: SearchKind) -> u64 {
+        u64::from(if kind == SearchKind::Mmr {
+            self.fetch_k
+        } else {
+            self.k
+        })
+    }
+
+    /// The parsed parameters as the interface echoes them (`details.params`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "k": self.k,
+            "fetch_k": self.fetch_k,
+            "lambda_mult": self.lambda_mult,
+            "threshold": self.threshold,
+            "embedding": self.embedding,
+        })
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
+mod tests {
+    use super::*;
+
+    fn all_once<L: Listing>(every: &[L::Item]) {
+        assert_eq!(L::ITEMS.len(), every.len());
+        for item in every {
+            assert_eq!(L::ITEMS.iter().filter(|i| *i == item).count(), 1);
+        }
+        let names: Vec<&str> = L::ITEMS.iter().map(|i| i.name()).collect();
+        assert_eq!(names, L::NAMES);
+    }
+
+    #[test]
+    fn every_listing_shows_every_value_once_with_its_name() {
+        let kinds = SEARCH_TYPES;
+        all_once::<SearchTypes>(&kinds);
+        all_once::<PlaceholderTypes>(&kinds);
+        all_once::<ToolSearchTypes>(&kinds);
+        all_once::<DistanceStrategies>(&DISTANCE_STRATEGIES);
+    }
+
+    #[test]
+    fn a_listed_name_parses_as_serde_derive_would() {
+        let kind: Listed<SearchTypes> = serde_json::from_str("\"mmr\"").unwrap();
+        assert_eq!(kind.0, SearchKind::Mmr);
+        let error = serde_json::from_str::<Listed<ToolSearchTypes>>("\"fuzzy\"")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "unknown variant `fuzzy`, expected one of `similarity`, `mmr`, `search`, `query`, \
+             `hybrid`, `history` at line 1 column 7"
+        );
+        let error = serde_json::from_value::<Listed<PlaceholderTypes>>(json!("Query"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("unknown variant `Query`, expected one of `query`"));
+        let strategy: Listed<DistanceStrategies> =
+            serde_json::from_value(json!("dot-product")).unwrap();
+        assert_eq!(strategy.0, DistanceStrategy::DotProduct);
+        assert_eq!(
+            serde_json::to_value(Listed::<SearchTypes>::new(SearchKind::Hybrid)).unwrap(),
+            json!("hybrid")
+        );
+    }
+
+    #[test]
+    fn params_take_the_defaults_only_when_omitted() {
+        assert_eq!(
+            EffectiveParams::from_request(None),
+            EffectiveParams {
+                k: 5,
+                fetch_k: 10,
+                lambda_mult: 0.5,
+                threshold: None,
+                embedding: None,
+            }
+        );
+        let present = EffectiveParams::from_request(Some(&SearchParams::default()));
+        assert_eq!(
+            (present.k, present.fetch_k, present.lambda_mult),
+            (0, 0, 0.5)
+        );
+        let round_trip = EffectiveParams::from_request(Some(&present.as_request()));
+        assert_eq!(round_trip, present);
+    }
+}
