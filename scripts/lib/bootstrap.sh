@@ -300,11 +300,15 @@ _tb_ensure_model() {
     fi
 }
 
-# The official clients the tests drive Trove with, pinned: the OpenAI Python SDK (relay), and
-# schemathesis with the hypothesis it generates requests with (tests/api/schemathesis.rs).
+# The official clients the tests drive Trove with, pinned: the OpenAI Python SDK (relay,
+# examples/openai_relay.py), schemathesis with the hypothesis it generates requests with
+# (tests/api/schemathesis.rs), the MCP Python SDK (examples/mcp_search.py) and the client
+# generator openapi-python-client (examples/generated_client.py, tests/api/examples.rs).
 TROVE_OPENAI_SDK_VERSION=3.57.0
 TROVE_SCHEMATHESIS_VERSION=4.32.5
 TROVE_HYPOTHESIS_VERSION=6.170.17
+TROVE_MCP_SDK_VERSION=2.3.0
+TROVE_OPENAPI_PYTHON_CLIENT_VERSION=0.29.1
 
 _tb_ensure_test_clients() {
     _tb_ensure_venv
@@ -318,6 +322,12 @@ _tb_ensure_test_clients() {
         _tb_say "pip install schemathesis==$TROVE_SCHEMATHESIS_VERSION hypothesis==$TROVE_HYPOTHESIS_VERSION (property-based API tests)"
         _tb_pip install "schemathesis==$TROVE_SCHEMATHESIS_VERSION" "hypothesis==$TROVE_HYPOTHESIS_VERSION" ||
             _tb_die "pip install schemathesis failed"
+    fi
+    if ! "$TROVE_VENV/bin/python" -c \
+        "import sys; from importlib.metadata import version; sys.exit((version('mcp'), version('openapi-python-client')) != ('$TROVE_MCP_SDK_VERSION', '$TROVE_OPENAPI_PYTHON_CLIENT_VERSION'))" 2>/dev/null; then
+        _tb_say "pip install mcp==$TROVE_MCP_SDK_VERSION openapi-python-client==$TROVE_OPENAPI_PYTHON_CLIENT_VERSION (MCP Python SDK, client generator: examples)"
+        _tb_pip install "mcp==$TROVE_MCP_SDK_VERSION" "openapi-python-client==$TROVE_OPENAPI_PYTHON_CLIENT_VERSION" ||
+            _tb_die "pip install mcp openapi-python-client failed"
     fi
     # shellcheck disable=SC2034 # read by scripts/test
     TROVE_TEST_PYTHON="$TROVE_VENV/bin/python"
@@ -439,7 +449,7 @@ _tb_pg_start() {
 # the system has enough free). On a virtual machine like CI's a random read of memory
 # takes about 265 ns on 4 kB pages against 170 ns on 2 MB ones, and a search reads
 # thousands of shared buffers: the walk and the exact path run 9-14 % faster with one
-# client and 17-31 % with eight (README, Operations). As root, and unless
+# client and 17-31 % with eight (docs/operations.md). As root, and unless
 # TROVE_PG_HUGE_PAGES=off, the pages Postgres asks for are reserved before it starts:
 # vm.nr_hugepages is raised by the shortfall, which .data/pg-hugepages records for
 # scripts/stop to give back. Anything else (not root, the kernel short of contiguous
