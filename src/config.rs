@@ -133,6 +133,73 @@ pub struct Config {
     /// association holds, for the worker to drop its HNSW index and build it once the burst is
     /// stored (`TROVE_INDEX_DEFER_ROWS`; 0: never).
     pub index_defer_rows: u64,
+    /// The extensions of the interface switched on (`TROVE_EXTENSIONS`).
+    pub extensions: Extensions,
+}
+
+/// An extension of the interface that changes one of its answers: off unless a deployment
+/// names it in `TROVE_EXTENSIONS` (capabilities that only add routes need no switch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extension {
+    /// `hybrid` searches and placeholders, and rerankers.
+    Hybrid,
+}
+
+impl Extension {
+    /// Every extension, in the order their names are listed.
+    pub const ALL: [Self; 1] = [Self::Hybrid];
+
+    /// The name in `TROVE_EXTENSIONS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hybrid => "hybrid",
+        }
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// The extensions a deployment switched on; none by default (exactly the interface).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Extensions(u32);
+
+impl Extensions {
+    /// No extension: the interface exactly.
+    pub const NONE: Self = Self(0);
+
+    /// These extensions and `extension`.
+    #[must_use]
+    pub fn with(self, extension: Extension) -> Self {
+        Self(self.0 | extension.bit())
+    }
+
+    /// Whether `extension` is on.
+    pub fn has(self, extension: Extension) -> bool {
+        self.0 & extension.bit() != 0
+    }
+
+    /// `TROVE_EXTENSIONS`: names separated by commas (spaces around them and empty items
+    /// ignored); an unknown name is refused with the known ones.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut extensions = Self::NONE;
+        for name in text
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+        {
+            let Some(extension) = Extension::ALL.into_iter().find(|e| e.name() == name) else {
+                let known: Vec<&str> = Extension::ALL.iter().map(|e| e.name()).collect();
+                return Err(format!(
+                    "unknown extension {name:?}; known extensions: {}",
+                    known.join(", ")
+                ));
+            };
+            extensions = extensions.with(extension);
+        }
+        Ok(extensions)
+    }
 }
 
 /// Default of `TROVE_INDEX_DEFER_ROWS`.
@@ -278,6 +345,12 @@ impl Config {
             llm_read_timeout,
             statement_timeout: statement_timeout(get("TROVE_STATEMENT_TIMEOUT"))?,
             index_defer_rows: index_defer_rows(get("TROVE_INDEX_DEFER_ROWS"))?,
+            extensions: match get("TROVE_EXTENSIONS") {
+                Some(names) => {
+                    Extensions::parse(&names).map_err(|reason| err("TROVE_EXTENSIONS", reason))?
+                }
+                None => Extensions::NONE,
+            },
         })
     }
 }
@@ -633,6 +706,29 @@ mod tests {
             let e = with(&[("TROVE_STATEMENT_TIMEOUT", value)]).unwrap_err();
             assert_eq!(e.variable, "TROVE_STATEMENT_TIMEOUT", "{value}");
         }
+    }
+
+    #[test]
+    fn extensions_are_off_unless_named() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = vec![
+                ("TROVE_DATABASE_URL", "postgres://x"),
+                ("TROVE_SECRET", SECRET),
+            ];
+            pairs.extend_from_slice(extra);
+            Config::from_lookup(lookup(&pairs))
+        };
+        let c = with(&[]).unwrap();
+        assert_eq!(c.extensions, Extensions::NONE);
+        assert!(!c.extensions.has(Extension::Hybrid));
+        let c = with(&[("TROVE_EXTENSIONS", " hybrid, ,hybrid")]).unwrap();
+        assert!(c.extensions.has(Extension::Hybrid));
+        let e = with(&[("TROVE_EXTENSIONS", "hybrid,fuzzy")]).unwrap_err();
+        assert_eq!(e.variable, "TROVE_EXTENSIONS");
+        assert_eq!(
+            e.reason,
+            "unknown extension \"fuzzy\"; known extensions: hybrid"
+        );
     }
 
     #[test]

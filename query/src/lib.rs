@@ -6,6 +6,7 @@
 
 pub mod classification;
 pub mod filter;
+pub mod hybrid;
 pub mod list;
 pub mod search;
 

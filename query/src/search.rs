@@ -223,13 +223,49 @@ pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> (String, Values) {
     if let Some(source) = query.exact {
         return exact_nearest(scope, query, source).build(PostgresQueryBuilder);
     }
+    let mut select = walk(scope, query);
+    if query.with_embeddings {
+        let v = Alias::new("v");
+        select.expr_as(
+            Expr::col((v, Alias::new("embedding"))),
+            Alias::new("embedding"),
+        );
+    }
+    if let Some(confirmed) = &query.gate {
+        select.and_where(gate(scope.pipeline_id, confirmed));
+    }
+    match query.fetch {
+        Fetch::Bound(rows) => select.limit(rows).build(PostgresQueryBuilder),
+        Fetch::Constant(rows) => {
+            let (sql, values) = select.build(PostgresQueryBuilder);
+            (format!("{sql} LIMIT {rows}"), values)
+        }
+    }
+}
+
+/// The nearest fragments' ids and scores only (`id`, `score`), at most `query.fetch` of them
+/// (bound), in the walk's order or the exact order: the vector list of a hybrid search. The
+/// query vector is the statement's first value, as in [`nearest`]; the gate and embeddings of
+/// `query` do not apply.
+pub fn nearest_candidates(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
+    if let Some(source) = query.exact {
+        return ranked_distances(scope, query, source);
+    }
+    let mut select = walk(scope, query);
+    select
+        .clear_selects()
+        .column((fragments(), Alias::new("id")))
+        .expr_as(score(query, Alias::new("v")), Alias::new("score"))
+        .limit(query.fetch.rows());
+    select
+}
+
+/// A walk of the association's index within the scope: each candidate joined to its fragment,
+/// which the scope tests, in the index's order, with the score; no LIMIT.
+fn walk(scope: &Scope<'_>, query: &Nearest<'_>) -> SelectStatement {
     let v = Alias::new("v");
-    let embedding = Expr::col((v.clone(), Alias::new("embedding")));
     let mut select = scoped_select(scope);
     select.expr_as(score(query, v.clone()), Alias::new("score"));
-    if query.with_embeddings {
-        select.expr_as(embedding, Alias::new("embedding"));
-    }
     select
         .join_as(
             JoinType::InnerJoin,
@@ -241,16 +277,7 @@ pub fn nearest(scope: &Scope<'_>, query: &Nearest<'_>) -> (String, Values) {
         .and_where(Expr::col((v, Alias::new("live"))))
         .order_by_expr(walk_order(query), Order::Asc);
     bound(&mut select, query);
-    if let Some(confirmed) = &query.gate {
-        select.and_where(gate(scope.pipeline_id, confirmed));
-    }
-    match query.fetch {
-        Fetch::Bound(rows) => select.limit(rows).build(PostgresQueryBuilder),
-        Fetch::Constant(rows) => {
-            let (sql, values) = select.build(PostgresQueryBuilder);
-            (format!("{sql} LIMIT {rows}"), values)
-        }
-    }
+    select
 }
 
 /// The cosine distance between `v.embedding` and the vector bound as `$1` as the association's
@@ -305,22 +332,9 @@ fn bound(select: &mut SelectStatement, query: &Nearest<'_>) {
 /// under a threshold). `d` reads the scope where `source` says.
 fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>, source: ExactScope) -> SelectStatement {
     let f = fragments();
-    let (v, d, t) = (Alias::new("v"), Alias::new("d"), Alias::new("t"));
-    let (id, score_column) = (Alias::new("id"), Alias::new("score"));
+    let (v, t) = (Alias::new("v"), Alias::new("t"));
     let table = Alias::new(query.vector_table);
-    let distances = match source {
-        ExactScope::VectorTable => distances_in_vector_table(scope, query),
-        ExactScope::Fragments => distances_by_key(scope, query),
-    };
-    let mut ranked = Query::select();
-    ranked
-        .columns([(d.clone(), id), (d.clone(), score_column.clone())])
-        .from_subquery(distances, d.clone())
-        .order_by((d.clone(), score_column.clone()), Order::Asc)
-        .limit(query.fetch.rows());
-    if let Some(threshold) = query.threshold {
-        ranked.and_where(Expr::col((d, score_column)).lte(threshold));
-    }
+    let ranked = ranked_distances(scope, query, source);
     let mut select = Query::select();
     select
         .columns(HIT_COLUMNS.map(|c| (f.clone(), Alias::new(c))))
@@ -343,6 +357,27 @@ fn exact_nearest(scope: &Scope<'_>, query: &Nearest<'_>, source: ExactScope) -> 
     }
     select.order_by((t, Alias::new("score")), Order::Asc);
     select
+}
+
+/// The first `fetch` of the distances of the vectors the scope admits (within the threshold),
+/// nearest first: `id` and `score`, read where `source` says.
+fn ranked_distances(scope: &Scope<'_>, query: &Nearest<'_>, source: ExactScope) -> SelectStatement {
+    let d = Alias::new("d");
+    let (id, score_column) = (Alias::new("id"), Alias::new("score"));
+    let distances = match source {
+        ExactScope::VectorTable => distances_in_vector_table(scope, query),
+        ExactScope::Fragments => distances_by_key(scope, query),
+    };
+    let mut ranked = Query::select();
+    ranked
+        .columns([(d.clone(), id), (d.clone(), score_column.clone())])
+        .from_subquery(distances, d.clone())
+        .order_by((d.clone(), score_column.clone()), Order::Asc)
+        .limit(query.fetch.rows());
+    if let Some(threshold) = query.threshold {
+        ranked.and_where(Expr::col((d, score_column)).lte(threshold));
+    }
+    ranked
 }
 
 /// The distances of the vectors the scope admits, read from the vector table alone: it holds

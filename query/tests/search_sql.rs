@@ -11,6 +11,7 @@ mod filter_common;
 use sea_query::{Condition, PostgresQueryBuilder, SelectStatement, Values};
 use trove_query::classification::{ClassificationRequest, SearchType, resolve};
 use trove_query::filter::{self, TeqExpansions};
+use trove_query::hybrid::{Fusion, Hybrid, Lexical, hybrid};
 use trove_query::search::{
     Distance, ExactScope, Fetch, Gate, Nearest, Scope, full_text, nearest, scope_rows,
 };
@@ -303,4 +304,75 @@ fn the_vector_is_the_first_value_and_bound_once() {
         3,
         "score, order, threshold: {sql}"
     );
+}
+
+fn hybrid_of<'a>(nearest: Nearest<'a>, query: &'a str, k: u64) -> Hybrid<'a> {
+    Hybrid {
+        nearest,
+        lexical: Lexical {
+            config: "english",
+            query,
+            fetch: 100,
+        },
+        candidates: 100,
+        fusion: Fusion {
+            rrf_k: 60.0,
+            similarity_weight: 1.0,
+            full_text_weight: 1.0,
+        },
+        k,
+    }
+}
+
+#[test]
+fn hybrid_statements() {
+    let classifications = public();
+    let mut walk = similarity(Distance::Cosine, Distance::Cosine, None);
+    walk.fetch = Fetch::Bound(150);
+    snapshot_built(
+        "search_hybrid_index",
+        "the vector list a walk of 150 candidates, the lexical list of 100, k 10",
+        &hybrid(
+            &scope(&classifications, None),
+            &hybrid_of(walk, "purring cats", 10),
+        ),
+    );
+    let filter = condition(r#"{"year": {"$ge": 2020}}"#, &TeqExpansions::new());
+    let mut exact = similarity(
+        Distance::Cosine,
+        Distance::Cosine,
+        Some(ExactScope::VectorTable),
+    );
+    exact.fetch = Fetch::Bound(100);
+    exact.threshold = Some(0.8);
+    let mut weighted = hybrid_of(exact, "optics", 5);
+    weighted.fusion = Fusion {
+        rrf_k: 10.0,
+        similarity_weight: 0.7,
+        full_text_weight: 0.3,
+    };
+    snapshot_built(
+        "search_hybrid_exact_filter",
+        "the vector list exact under a filter with a threshold, rrf_k 10, weights 0.7 / 0.3, k 5",
+        &hybrid(&scope(&classifications, Some(filter)), &weighted),
+    );
+}
+
+#[test]
+fn a_hybrid_statement_binds_the_vector_first_and_once() {
+    let classifications = public();
+    let mut walk = similarity(Distance::Cosine, Distance::Cosine, None);
+    walk.fetch = Fetch::Bound(120);
+    let (sql, values) = hybrid(&scope(&classifications, None), &hybrid_of(walk, "cats", 5));
+    assert!(
+        matches!(values.0.first(), Some(sea_query::Value::Vector(Some(_)))),
+        "{values:?}"
+    );
+    let vectors = values
+        .0
+        .iter()
+        .filter(|v| matches!(v, sea_query::Value::Vector(_)))
+        .count();
+    assert_eq!(vectors, 1, "{sql}");
+    assert!(sql.starts_with(r#"WITH "vec" AS (SELECT"#), "{sql}");
 }

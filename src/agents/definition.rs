@@ -28,11 +28,12 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::template::{Template, Unfilled};
+use crate::config::Extensions;
 use crate::metadata_schema::is_identifier;
 use crate::names::MAX_NAME_CHARS;
 pub use crate::retrieval::kinds::SearchKind;
 use crate::retrieval::kinds::{
-    DEFAULT_FETCH_K, DEFAULT_K, DEFAULT_LAMBDA_MULT, Listed, PlaceholderTypes,
+    DEFAULT_LAMBDA_MULT, EffectiveParams, FusionParams, Listed, PlaceholderTypes, SearchParams,
 };
 
 /// The most characters a placeholder name may have.
@@ -89,8 +90,8 @@ fn include_by_default() -> bool {
 ///
 /// Deserializing an object follows the interface's rule for a `params` object that is
 /// present: omitted `k` and `fetch_k` are 0 (and so fail validation), `lambda_mult` is 0.5,
-/// `threshold` and `embedding` are null. When `params` is absent or null altogether,
-/// [`RetrievalParams::default`] applies instead.
+/// `threshold` and `embedding` are null. When `params` is absent or null altogether, the
+/// defaults of the placeholder's type apply instead ([`RetrievalParams::of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RetrievalParams {
     /// How many fragments the placeholder receives.
@@ -108,6 +109,17 @@ pub struct RetrievalParams {
     /// The vector embedding (or embedding model) to search, when not the pipeline's default.
     #[serde(default)]
     pub embedding: Option<Uuid>,
+    /// How a `hybrid` placeholder fuses its lists (`None` for the other types).
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<Fusion>,
+}
+
+/// [`FusionParams`] as stored and shown with a `hybrid` placeholder's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Fusion {
+    pub rrf_k: f64,
+    pub similarity_weight: f64,
+    pub full_text_weight: f64,
 }
 
 /// `lambda_mult` when a `params` object omits it.
@@ -116,42 +128,86 @@ fn default_lambda_mult() -> f64 {
 }
 
 impl Default for RetrievalParams {
-    /// The parameters of a retrieval placeholder created without `params` (or with null):
-    /// `k` 5, `fetch_k` 10, `lambda_mult` 0.5, no threshold, the pipeline's embedding.
+    /// The parameters of a similarity, MMR or full-text placeholder created without `params`
+    /// (or with null): `k` 5, `fetch_k` 10, `lambda_mult` 0.5, no threshold, the pipeline's
+    /// embedding.
     fn default() -> Self {
-        Self {
-            k: u32::from(DEFAULT_K),
-            fetch_k: u32::from(DEFAULT_FETCH_K),
-            lambda_mult: DEFAULT_LAMBDA_MULT,
-            threshold: None,
-            embedding: None,
-        }
+        Self::of(SearchKind::Similarity, None)
     }
 }
 
 impl RetrievalParams {
-    /// The parameters of a `params` object that is present, from its fields as given:
-    /// omitted `k` and `fetch_k` are 0 and an omitted `lambda_mult` is 0.5, as in search.
+    /// The parameters of a similarity, MMR or full-text placeholder whose `params` object is
+    /// present, from its fields as given (see [`Self::of`]).
     pub fn from_partial(
-        k: Option<u32>,
-        fetch_k: Option<u32>,
+        k: Option<u16>,
+        fetch_k: Option<u16>,
         lambda_mult: Option<f64>,
         threshold: Option<f64>,
         embedding: Option<Uuid>,
     ) -> Self {
-        Self {
-            k: k.unwrap_or(0),
-            fetch_k: fetch_k.unwrap_or(0),
-            lambda_mult: lambda_mult.unwrap_or_else(default_lambda_mult),
+        let sent = SearchParams {
+            k,
+            fetch_k,
+            lambda_mult,
             threshold,
             embedding,
+            ..SearchParams::default()
+        };
+        Self::of(SearchKind::Similarity, Some(&sent))
+    }
+
+    /// The parameters of a placeholder of `kind` whose `params` is `sent` (`None`: omitted or
+    /// null), as a search of that kind takes them: when the object is present, omitted `k` and
+    /// `fetch_k` are 0 and an omitted `lambda_mult` is 0.5; a `hybrid` placeholder's omitted
+    /// `fetch_k` and fusion parameters take their defaults.
+    pub fn of(kind: SearchKind, sent: Option<&SearchParams>) -> Self {
+        let effective = EffectiveParams::from_request(kind, sent);
+        let fusion = effective.fusion;
+        Self {
+            k: u32::from(effective.k),
+            fetch_k: u32::from(effective.fetch_k),
+            lambda_mult: effective.lambda_mult,
+            threshold: effective.threshold,
+            embedding: effective.embedding,
+            fusion: (kind == SearchKind::Hybrid).then_some(Fusion {
+                rrf_k: fusion.rrf_k,
+                similarity_weight: fusion.similarity_weight,
+                full_text_weight: fusion.full_text_weight,
+            }),
+        }
+    }
+
+    /// The parameters as a search request names them.
+    pub fn as_request(&self) -> SearchParams {
+        let narrow = |value: u32| Some(u16::try_from(value).unwrap_or(u16::MAX));
+        SearchParams {
+            k: narrow(self.k),
+            fetch_k: narrow(self.fetch_k),
+            lambda_mult: Some(self.lambda_mult),
+            threshold: self.threshold,
+            embedding: self.embedding,
+            rrf_k: self.fusion.map(|f| f.rrf_k),
+            similarity_weight: self.fusion.map(|f| f.similarity_weight),
+            full_text_weight: self.fusion.map(|f| f.full_text_weight),
         }
     }
 
     /// Whether the parameters can drive a search: at least one fragment, at least as many
-    /// candidates as fragments, and `lambda_mult` within 0..=1 (NaN is outside).
+    /// candidates as fragments, `lambda_mult` within 0..=1 (NaN is outside), and fusion
+    /// parameters, if any, that [`FusionParams::is_valid`] accepts.
     pub fn is_valid(&self) -> bool {
-        self.k >= 1 && self.fetch_k >= self.k && (0.0..=1.0).contains(&self.lambda_mult)
+        self.k >= 1
+            && self.fetch_k >= self.k
+            && (0.0..=1.0).contains(&self.lambda_mult)
+            && self.fusion.is_none_or(|f| {
+                FusionParams {
+                    rrf_k: f.rrf_k,
+                    similarity_weight: f.similarity_weight,
+                    full_text_weight: f.full_text_weight,
+                }
+                .is_valid()
+            })
     }
 }
 
@@ -196,7 +252,8 @@ impl From<PlaceholderFields> for Placeholder {
 
 impl Placeholder {
     /// A normalised placeholder: for `query`, `target` and `params` are dropped; for a
-    /// retrieval type, absent `params` become [`RetrievalParams::default`].
+    /// retrieval type, absent `params` become its type's defaults ([`RetrievalParams::of`]),
+    /// and a `hybrid` placeholder's parameters always say how it fuses.
     pub fn new(
         name: impl Into<String>,
         kind: SearchKind,
@@ -206,7 +263,12 @@ impl Placeholder {
         let (target, params) = if kind == SearchKind::Query {
             (None, None)
         } else if kind.is_retrieval() {
-            (target, Some(params.unwrap_or_default()))
+            let defaults = RetrievalParams::of(kind, None);
+            let params = params.map_or(defaults, |params| RetrievalParams {
+                fusion: params.fusion.or(defaults.fusion),
+                ..params
+            });
+            (target, Some(params))
         } else {
             (target, params)
         };
@@ -221,7 +283,8 @@ impl Placeholder {
     /// The parameters a search for this placeholder uses: its own, or the defaults when it
     /// has none (only possible for a placeholder not built by [`Placeholder::new`]).
     pub fn effective_params(&self) -> RetrievalParams {
-        self.params.unwrap_or_default()
+        self.params
+            .unwrap_or_else(|| RetrievalParams::of(self.kind, None))
     }
 }
 
@@ -318,9 +381,9 @@ pub struct RenderedMessage {
 impl AgentDefinition {
     /// Checks every rule a stored agent obeys, in the order listed in the module
     /// documentation, and returns the first failure.
-    pub fn validate(&self) -> Result<(), DefinitionError> {
+    pub fn validate(&self, extensions: Extensions) -> Result<(), DefinitionError> {
         self.check_name()?;
-        self.check_placeholder_types_implemented()?;
+        self.check_placeholder_types_implemented(extensions)?;
         self.check_prompt_roles()?;
         self.check_prompt_references()
             .map_err(DefinitionError::InvalidPrompt)?;
@@ -447,11 +510,14 @@ impl AgentDefinition {
     }
 
     /// Rule 2: the first placeholder of an unimplemented type, in definition order.
-    fn check_placeholder_types_implemented(&self) -> Result<(), DefinitionError> {
+    fn check_placeholder_types_implemented(
+        &self,
+        extensions: Extensions,
+    ) -> Result<(), DefinitionError> {
         match self
             .placeholders
             .iter()
-            .find(|placeholder| !placeholder.kind.is_implemented())
+            .find(|placeholder| !placeholder.kind.is_implemented(extensions))
         {
             Some(placeholder) => Err(DefinitionError::NotImplemented(placeholder.kind)),
             None => Ok(()),
@@ -607,7 +673,7 @@ mod tests {
     }
 
     fn prompt_problem(definition: &AgentDefinition) -> Option<PromptProblem> {
-        match definition.validate() {
+        match definition.validate(Extensions::NONE) {
             Err(DefinitionError::InvalidPrompt(problem)) => Some(problem),
             _ => None,
         }
@@ -617,7 +683,7 @@ mod tests {
 
     #[test]
     fn valid_agent_validates() {
-        assert_eq!(agent().validate(), Ok(()));
+        assert_eq!(agent().validate(Extensions::NONE), Ok(()));
     }
 
     #[test]
@@ -640,15 +706,18 @@ mod tests {
     }
 
     #[test]
-    fn retrieval_types_are_similarity_mmr_and_search() {
+    fn retrieval_types_are_similarity_mmr_search_and_hybrid() {
         use SearchKind::*;
         let retrieval: Vec<_> = [Query, Similarity, Mmr, Search, Hybrid, History]
             .into_iter()
             .filter(|kind| kind.is_retrieval())
             .collect();
-        assert_eq!(retrieval, [Similarity, Mmr, Search]);
-        assert!(!Hybrid.is_implemented() && !History.is_implemented());
-        assert!(Query.is_implemented() && Search.is_implemented());
+        assert_eq!(retrieval, [Similarity, Mmr, Search, Hybrid]);
+        let off = Extensions::NONE;
+        assert!(!Hybrid.is_implemented(off) && !History.is_implemented(off));
+        assert!(Query.is_implemented(off) && Search.is_implemented(off));
+        let on = off.with(crate::config::Extension::Hybrid);
+        assert!(Hybrid.is_implemented(on) && !History.is_implemented(on));
     }
 
     #[test]
@@ -678,6 +747,7 @@ mod tests {
                 lambda_mult: 0.5,
                 threshold: None,
                 embedding: None,
+                fusion: None,
             }
         );
     }
@@ -693,6 +763,7 @@ mod tests {
                 lambda_mult: 0.5,
                 threshold: Some(0.2),
                 embedding: None,
+                fusion: None,
             }
         );
         let parsed: Result<RetrievalParams, _> = serde_json::from_value(json!({"threshold": 0.2}));
@@ -784,18 +855,18 @@ mod tests {
     fn name_must_have_1_to_255_characters() {
         let named = |name: String| AgentDefinition { name, ..agent() };
         assert_eq!(
-            named(String::new()).validate(),
+            named(String::new()).validate(Extensions::NONE),
             Err(DefinitionError::InvalidName)
         );
-        assert_eq!(named("a".repeat(255)).validate(), Ok(()));
+        assert_eq!(named("a".repeat(255)).validate(Extensions::NONE), Ok(()));
         assert_eq!(
-            named("a".repeat(256)).validate(),
+            named("a".repeat(256)).validate(Extensions::NONE),
             Err(DefinitionError::InvalidName)
         );
         // 255 characters of two bytes each: counted as characters.
-        assert_eq!(named("é".repeat(255)).validate(), Ok(()));
+        assert_eq!(named("é".repeat(255)).validate(Extensions::NONE), Ok(()));
         assert_eq!(
-            named("é".repeat(256)).validate(),
+            named("é".repeat(256)).validate(Extensions::NONE),
             Err(DefinitionError::InvalidName)
         );
     }
@@ -813,7 +884,7 @@ mod tests {
                 None,
             ));
             assert_eq!(
-                definition.validate(),
+                definition.validate(Extensions::NONE),
                 Err(DefinitionError::NotImplemented(kind))
             );
         }
@@ -826,7 +897,7 @@ mod tests {
             .placeholders
             .push(Placeholder::new("h", SearchKind::History, None, None));
         assert_eq!(
-            definition.validate(),
+            definition.validate(Extensions::NONE),
             Err(DefinitionError::NotImplemented(SearchKind::History))
         );
     }
@@ -859,7 +930,7 @@ mod tests {
                 ..agent()
             };
             assert_eq!(
-                definition.validate(),
+                definition.validate(Extensions::NONE),
                 Err(DefinitionError::InvalidPromptType),
                 "{prompt:?}"
             );
@@ -877,7 +948,7 @@ mod tests {
             ],
             ..agent()
         };
-        assert_eq!(definition.validate(), Ok(()));
+        assert_eq!(definition.validate(Extensions::NONE), Ok(()));
     }
 
     #[test]
@@ -889,7 +960,7 @@ mod tests {
             ],
             ..agent()
         };
-        assert_eq!(only_excluded_system.validate(), Ok(()));
+        assert_eq!(only_excluded_system.validate(Extensions::NONE), Ok(()));
 
         let excluded_user_last = AgentDefinition {
             prompt: vec![
@@ -900,7 +971,7 @@ mod tests {
             ..agent()
         };
         assert_eq!(
-            excluded_user_last.validate(),
+            excluded_user_last.validate(Extensions::NONE),
             Err(DefinitionError::InvalidPromptType)
         );
     }
@@ -924,7 +995,7 @@ mod tests {
     fn placeholder_name_has_at_most_64_characters() {
         let mut definition = agent();
         definition.placeholders.push(query(&"a".repeat(64)));
-        assert_eq!(definition.validate(), Ok(()));
+        assert_eq!(definition.validate(Extensions::NONE), Ok(()));
         definition.placeholders.push(query(&"b".repeat(65)));
         assert_eq!(
             prompt_problem(&definition),
@@ -960,7 +1031,7 @@ mod tests {
     fn escaped_and_malformed_braces_are_not_references() {
         let mut definition = agent();
         definition.prompt[0].template = "{{unknown}} { x } {1a} {open".to_owned();
-        assert_eq!(definition.validate(), Ok(()));
+        assert_eq!(definition.validate(Extensions::NONE), Ok(()));
     }
 
     #[test]
@@ -1072,7 +1143,7 @@ mod tests {
                 },
             ));
             assert_eq!(
-                definition.validate(),
+                definition.validate(Extensions::NONE),
                 Err(DefinitionError::InvalidPlaceholder(kind))
             );
         }
@@ -1093,7 +1164,7 @@ mod tests {
             },
         ));
         assert_eq!(
-            definition.validate(),
+            definition.validate(Extensions::NONE),
             Err(DefinitionError::InvalidPlaceholder(SearchKind::Similarity))
         );
     }
@@ -1102,7 +1173,7 @@ mod tests {
     fn retrieval_placeholder_without_params_uses_the_defaults() {
         let mut definition = agent();
         definition.placeholders[1].params = None;
-        assert_eq!(definition.validate(), Ok(()));
+        assert_eq!(definition.validate(Extensions::NONE), Ok(()));
     }
 
     // Order of the rules.
@@ -1116,19 +1187,19 @@ mod tests {
         let mut definition = agent();
         definition.placeholders[1].params = Some(invalid_params);
         assert_eq!(
-            definition.validate(),
+            definition.validate(Extensions::NONE),
             Err(DefinitionError::InvalidPlaceholder(SearchKind::Similarity))
         );
 
         definition.placeholders.push(query("bad name"));
         assert!(matches!(
-            definition.validate(),
+            definition.validate(Extensions::NONE),
             Err(DefinitionError::InvalidPrompt(_))
         ));
 
         definition.prompt.reverse();
         assert_eq!(
-            definition.validate(),
+            definition.validate(Extensions::NONE),
             Err(DefinitionError::InvalidPromptType)
         );
 
@@ -1136,12 +1207,15 @@ mod tests {
             .placeholders
             .push(Placeholder::new("h", SearchKind::Hybrid, None, None));
         assert_eq!(
-            definition.validate(),
+            definition.validate(Extensions::NONE),
             Err(DefinitionError::NotImplemented(SearchKind::Hybrid))
         );
 
         definition.name.clear();
-        assert_eq!(definition.validate(), Err(DefinitionError::InvalidName));
+        assert_eq!(
+            definition.validate(Extensions::NONE),
+            Err(DefinitionError::InvalidName)
+        );
     }
 
     #[test]
@@ -1180,7 +1254,7 @@ mod tests {
                 query("topic"),
             ],
         };
-        assert_eq!(definition.validate(), Ok(()));
+        assert_eq!(definition.validate(Extensions::NONE), Ok(()));
         assert_eq!(
             definition.variables(),
             names(&["question", "hidden", "search_terms", "topic"])

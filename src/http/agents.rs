@@ -21,7 +21,7 @@ use super::respond::{Created, Described, Json, List, NoContent, Nullable};
 use super::streaming::{Answer, StreamMode};
 use crate::agents::definition::{AgentDefinition, Message, Placeholder, RetrievalParams, Role};
 use crate::error::ApiError;
-use crate::retrieval::kinds::{Listed, PlaceholderTypes};
+use crate::retrieval::kinds::{Listed, PlaceholderTypes, SearchParams};
 use crate::service::agents::{
     self as service, AgentChange, AgentRow, ExecuteOptions, RetrievalInput,
 };
@@ -67,6 +67,16 @@ pub struct PlaceholderParams {
     /// A vector embedding id of the pipeline, or its model's id.
     #[serde(default)]
     embedding: Option<Uuid>,
+    /// Hybrid (extension): described in the document when the extension is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[oai(skip)]
+    rrf_k: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[oai(skip)]
+    similarity_weight: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[oai(skip)]
+    full_text_weight: Option<f64>,
 }
 
 /// A named placeholder.
@@ -101,21 +111,21 @@ impl From<PromptMessage> for Message {
 
 impl From<AgentPlaceholder> for Placeholder {
     fn from(placeholder: AgentPlaceholder) -> Self {
+        let kind = placeholder.kind.0;
         let params = placeholder.params.0.map(|p| {
-            RetrievalParams::from_partial(
-                p.k.map(u32::from),
-                p.fetch_k.map(u32::from),
-                p.lambda_mult,
-                p.threshold,
-                p.embedding,
-            )
+            let sent = SearchParams {
+                k: p.k,
+                fetch_k: p.fetch_k,
+                lambda_mult: p.lambda_mult,
+                threshold: p.threshold,
+                embedding: p.embedding,
+                rrf_k: p.rrf_k,
+                similarity_weight: p.similarity_weight,
+                full_text_weight: p.full_text_weight,
+            };
+            RetrievalParams::of(kind, Some(&sent))
         });
-        Self::new(
-            placeholder.name,
-            placeholder.kind.0,
-            placeholder.target,
-            params,
-        )
+        Self::new(placeholder.name, kind, placeholder.target, params)
     }
 }
 

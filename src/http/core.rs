@@ -2,8 +2,8 @@
 //! `/statistics` (API side).
 
 use poem::Request;
-use poem::web::Json as PoemJson;
-use poem::{IntoResponse, Response, handler};
+use poem::web::{Html, Json as PoemJson};
+use poem::{Endpoint, IntoResponse, Response, handler};
 use poem_openapi::OpenApi;
 use serde_json::json;
 
@@ -39,6 +39,43 @@ pub fn metrics(req: &Request) -> Response {
     Response::builder()
         .content_type("text/plain; version=0.0.4")
         .body(body)
+}
+
+/// `GET /openapi.json`: the deployment's document (see [`super::extensions`]).
+pub struct Document(pub String);
+
+impl Endpoint for Document {
+    type Output = Response;
+
+    async fn call(&self, _req: Request) -> poem::Result<Response> {
+        Ok(Response::builder()
+            .content_type("application/json")
+            .body(self.0.clone()))
+    }
+}
+
+/// An interactive reference: its page (which embeds the deployment's document) at the root of
+/// the path it is nested at, its other assets from `assets`.
+pub struct Page<E> {
+    page: String,
+    assets: E,
+}
+
+impl<E> Page<E> {
+    pub fn new(page: String, assets: E) -> Self {
+        Self { page, assets }
+    }
+}
+
+impl<E: Endpoint> Endpoint for Page<E> {
+    type Output = Response;
+
+    async fn call(&self, req: Request) -> poem::Result<Response> {
+        if matches!(req.uri().path(), "" | "/") {
+            return Ok(Html(self.page.clone()).into_response());
+        }
+        self.assets.call(req).await.map(IntoResponse::into_response)
+    }
 }
 
 #[derive(Default)]

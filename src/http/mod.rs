@@ -7,6 +7,7 @@ pub mod connections;
 pub mod core;
 pub mod documents;
 pub mod embedding;
+pub mod extensions;
 pub mod extract;
 pub mod listed;
 pub mod llms;
@@ -126,14 +127,21 @@ pub fn app(
     operations.add_operations::<Apis>();
     let routes = routes.merged(operations);
 
+    let interface = service.spec();
+    let document = extensions::document(&interface, state.config.extensions);
+    let swagger_ui = service.swagger_ui_html().replace(&interface, &document);
+    let redoc = service.redoc_html().replace(&interface, &document);
     let reference = Route::new()
         .at("/", core::root)
         .at("/healthz", core::healthz)
         .at("/metrics", core::metrics)
-        .at("/openapi.json", service.spec_endpoint())
-        .nest("/docs", service.swagger_ui())
-        .nest("/_docs", service.swagger_ui())
-        .nest("/_docs-alt", service.redoc())
+        .at("/openapi.json", core::Document(document))
+        .nest(
+            "/docs",
+            core::Page::new(swagger_ui.clone(), service.swagger_ui()),
+        )
+        .nest("/_docs", core::Page::new(swagger_ui, service.swagger_ui()))
+        .nest("/_docs-alt", core::Page::new(redoc, service.redoc()))
         .data(state.clone());
     let metrics = state.metrics.clone();
     let api = service.data(state);

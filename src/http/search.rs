@@ -35,6 +35,16 @@ pub struct SearchParamsBody {
     /// A vector embedding id of the pipeline, or the id of its model.
     #[serde(default)]
     embedding: Option<uuid::Uuid>,
+    /// Hybrid (extension): described in the document when the extension is on.
+    #[serde(default)]
+    #[oai(skip)]
+    rrf_k: Option<f64>,
+    #[serde(default)]
+    #[oai(skip)]
+    similarity_weight: Option<f64>,
+    #[serde(default)]
+    #[oai(skip)]
+    full_text_weight: Option<f64>,
 }
 
 impl From<SearchParamsBody> for SearchParams {
@@ -45,6 +55,9 @@ impl From<SearchParamsBody> for SearchParams {
             lambda_mult: body.lambda_mult,
             threshold: body.threshold,
             embedding: body.embedding,
+            rrf_k: body.rrf_k,
+            similarity_weight: body.similarity_weight,
+            full_text_weight: body.full_text_weight,
         }
     }
 }

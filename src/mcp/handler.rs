@@ -55,7 +55,9 @@ impl ServerHandler for TroveMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::definitions()))
+        Ok(ListToolsResult::with_all_items(tools::definitions(
+            self.state.config.extensions,
+        )))
     }
 
     async fn call_tool(

@@ -11,7 +11,7 @@ use super::tools::{SearchArgs, error_data, parse_uuid};
 use crate::access::AccessLevel;
 use crate::auth::AuthContext;
 use crate::error::ApiError;
-use crate::retrieval::kinds::{DistanceStrategy, EffectiveParams};
+use crate::retrieval::kinds::{DistanceStrategy, EffectiveParams, SearchKind};
 use crate::service::pipelines::{self, PipelineRow};
 use crate::service::search::{self as service, Prefetched, QueryVector, SearchInput};
 use crate::state::AppState;
@@ -69,7 +69,15 @@ pub async fn run(
 
     // 4. The search, with every parameter explicit (so the defaults apply when `params` is
     // omitted) and naming the chosen model.
+    let kind = args.kind.0;
+    // A kind the deployment does not run echoes its parameters as similarity takes them.
+    let params_kind = if kind.is_implemented(state.config.extensions) {
+        kind
+    } else {
+        SearchKind::Similarity
+    };
     let mut params = EffectiveParams::from_request(
+        params_kind,
         args.params
             .as_ref()
             .map(|params| params.as_search_params())
@@ -78,7 +86,7 @@ pub async fn run(
     params.embedding = Some(model_id);
     let input = SearchInput {
         query: args.query,
-        kind: args.kind.0,
+        kind,
         classification: trove_query::classification::ClassificationRequest::hierarchical(
             args.classifications,
         ),
@@ -96,15 +104,15 @@ pub async fn run(
         Some(Prefetched::read(pipeline_id, context)),
     )
     .await
-    .map_err(|error| search_error(&error, &params))
+    .map_err(|error| search_error(&error, params_kind, &params))
 }
 
 /// The JSON-RPC error of a failed search; a kind the release does not run carries the parsed
 /// parameters as `data.params.params`.
-fn search_error(error: &ApiError, params: &EffectiveParams) -> ErrorData {
+fn search_error(error: &ApiError, kind: SearchKind, params: &EffectiveParams) -> ErrorData {
     let mut data = error_data(error);
     if let ApiError::NotImplemented(_) = error {
-        data.data = Some(json!({ "params": { "params": params.to_json() } }));
+        data.data = Some(json!({ "params": { "params": params.to_json(kind) } }));
     }
     data
 }

@@ -12,6 +12,7 @@ use trove_query::list::{FieldFilter, FilterOp, ListRequest, OrderField, PageRequ
 use uuid::Uuid;
 
 use crate::auth::AuthContext;
+use crate::config::{Extension, Extensions};
 use crate::error::ApiError;
 use crate::retrieval::kinds::{Listed, Listing, SearchParams, ToolSearchTypes};
 use crate::service::pipelines::PipelineRow;
@@ -36,7 +37,7 @@ fn schema(value: Value) -> Arc<JsonObject> {
 
 fn tool(
     name: &'static str,
-    description: &'static str,
+    description: impl Into<std::borrow::Cow<'static, str>>,
     input: Value,
     output: Value,
     idempotent: bool,
@@ -52,12 +53,12 @@ fn tool(
         )
 }
 
-/// The tools, alphabetically (one page).
-pub fn definitions() -> Vec<Tool> {
+/// The tools, alphabetically (one page), with the extensions that are on.
+pub fn definitions(extensions: Extensions) -> Vec<Tool> {
     vec![
         get_pipeline_classifications_tool(),
         get_pipelines_tool(),
-        search_knowledge_tool(),
+        search_knowledge_tool(extensions),
     ]
 }
 
@@ -273,19 +274,38 @@ fn search_knowledge_output() -> Value {
     })
 }
 
-/// `search_knowledge`: a similarity, MMR or full-text search of a pipeline.
-fn search_knowledge_tool() -> Tool {
+/// The description of `search_knowledge`.
+const SEARCH_KNOWLEDGE_DESCRIPTION: &str = "Search the fragments of a pipeline's documents. \
+    `type`: `similarity` (vector distance), `mmr` (maximal marginal relevance) or `search` \
+    (full-text). `classifications` names the classifications the reader holds (hierarchical \
+    matching; an empty list returns nothing). `embedding_model_id` defaults to the \
+    pipeline's embedding model. `params`: `k` (default 5), `fetch_k` (MMR candidates, \
+    default 10), `lambda_mult` (MMR, default 0.5), `threshold`; when `params` is given, an \
+    omitted `k` or `fetch_k` is 0. Distances are cosine. Requires read and execute \
+    permission on the pipeline.";
+
+/// What `search_knowledge`'s description adds when the extension `hybrid` is on.
+const HYBRID_DESCRIPTION: &str = " `type` `hybrid` fuses the similarity list and a full-text \
+    list of fragments holding any word of the query by reciprocal rank (higher scores first; \
+    the pipeline needs full-text search): `fetch_k` is the candidates per list (default 100), \
+    `rrf_k` (default 60), `similarity_weight` and `full_text_weight` (default 1).";
+
+/// `search_knowledge`: a search of a pipeline.
+fn search_knowledge_tool(extensions: Extensions) -> Tool {
+    let mut input = search_knowledge_input();
+    let mut description = SEARCH_KNOWLEDGE_DESCRIPTION.to_owned();
+    if extensions.has(Extension::Hybrid) {
+        description.push_str(HYBRID_DESCRIPTION);
+        if let Some(Value::Object(params)) = input.pointer_mut("/properties/params/properties") {
+            for name in ["rrf_k", "similarity_weight", "full_text_weight"] {
+                params.insert(name.to_owned(), json!({"type": ["number", "null"]}));
+            }
+        }
+    }
     tool(
         SEARCH_KNOWLEDGE,
-        "Search the fragments of a pipeline's documents. `type`: `similarity` (vector \
-         distance), `mmr` (maximal marginal relevance) or `search` (full-text). \
-         `classifications` names the classifications the reader holds (hierarchical \
-         matching; an empty list returns nothing). `embedding_model_id` defaults to the \
-         pipeline's embedding model. `params`: `k` (default 5), `fetch_k` (MMR candidates, \
-         default 10), `lambda_mult` (MMR, default 0.5), `threshold`; when `params` is given, \
-         an omitted `k` or `fetch_k` is 0. Distances are cosine. Requires read and execute \
-         permission on the pipeline.",
-        search_knowledge_input(),
+        description,
+        input,
         search_knowledge_output(),
         true,
     )
@@ -452,6 +472,12 @@ pub struct SearchToolParams {
     pub threshold: Option<f64>,
     #[serde(default)]
     pub embedding: Option<Value>,
+    #[serde(default)]
+    pub rrf_k: Option<f64>,
+    #[serde(default)]
+    pub similarity_weight: Option<f64>,
+    #[serde(default)]
+    pub full_text_weight: Option<f64>,
 }
 
 impl SearchToolParams {
@@ -463,6 +489,9 @@ impl SearchToolParams {
             lambda_mult: self.lambda_mult,
             threshold: self.threshold,
             embedding: None,
+            rrf_k: self.rrf_k,
+            similarity_weight: self.similarity_weight,
+            full_text_weight: self.full_text_weight,
         }
     }
 }

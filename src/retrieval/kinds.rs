@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::config::{Extension, Extensions};
+
 /// A value with a name on the wire.
 pub trait Named: Copy + PartialEq + Send + Sync + 'static {
     /// The name on the wire.
@@ -160,31 +162,35 @@ impl SearchKind {
         }
     }
 
-    /// Whether the kind fills an agent placeholder by searching the pipeline.
-    ///
-    /// `hybrid` is not counted although its name suggests retrieval: no search exists for it,
-    /// and a definition holding it is rejected as not implemented before any rule about
-    /// retrieval placeholders is checked.
+    /// Whether the kind fills an agent placeholder by searching the pipeline (a definition
+    /// holding a kind that is not implemented is rejected before any rule about retrieval
+    /// placeholders is checked).
     pub const fn is_retrieval(self) -> bool {
-        matches!(self, Self::Similarity | Self::Mmr | Self::Search)
+        matches!(
+            self,
+            Self::Similarity | Self::Mmr | Self::Search | Self::Hybrid
+        )
     }
 
     /// Whether a search of this kind needs the query's embedding.
     pub const fn embeds_query(self) -> bool {
-        matches!(self, Self::Similarity | Self::Mmr)
+        matches!(self, Self::Similarity | Self::Mmr | Self::Hybrid)
     }
 
-    /// Whether searches and agents run the kind (`hybrid` and `history` answer 501).
-    pub const fn is_implemented(self) -> bool {
-        self.not_implemented().is_none()
+    /// Whether searches and agents run the kind with `extensions` on.
+    pub fn is_implemented(self, extensions: Extensions) -> bool {
+        self.not_implemented(extensions).is_none()
     }
 
-    /// The 501 message of a kind the interface's release lists but does not run.
-    pub const fn not_implemented(self) -> Option<&'static str> {
+    /// The 501 message of a kind the interface's release lists but does not run: `history`,
+    /// and `hybrid` unless its extension is on.
+    pub fn not_implemented(self, extensions: Extensions) -> Option<&'static str> {
         match self {
-            Self::Hybrid => Some("Hybrid placeholder is not implemented yet"),
+            Self::Hybrid if !extensions.has(Extension::Hybrid) => {
+                Some("Hybrid placeholder is not implemented yet")
+            }
             Self::History => Some("History placeholder is not implemented yet"),
-            Self::Similarity | Self::Mmr | Self::Search | Self::Query => None,
+            Self::Similarity | Self::Mmr | Self::Search | Self::Hybrid | Self::Query => None,
         }
     }
 }
@@ -318,6 +324,10 @@ pub const DEFAULT_K: u16 = 5;
 pub const DEFAULT_FETCH_K: u16 = 10;
 /// `lambda_mult` whenever it is omitted.
 pub const DEFAULT_LAMBDA_MULT: f64 = 0.5;
+/// A hybrid search's candidates per list (`fetch_k`) whenever it is omitted.
+pub const DEFAULT_HYBRID_FETCH_K: u16 = 100;
+/// Reciprocal rank fusion's constant whenever `rrf_k` is omitted.
+pub const DEFAULT_RRF_K: f64 = 60.0;
 
 /// `params` as sent (every field optional), by REST, MCP and agent placeholders alike.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -325,7 +335,7 @@ pub struct SearchParams {
     /// Fragments to return (0..65535).
     #[serde(default)]
     pub k: Option<u16>,
-    /// MMR candidates (0..65535).
+    /// MMR candidates, or hybrid candidates per list (0..65535).
     #[serde(default)]
     pub fetch_k: Option<u16>,
     /// MMR balance: 1 relevance only, 0 maximum diversity.
@@ -337,10 +347,49 @@ pub struct SearchParams {
     /// A vector embedding id of the pipeline, or the id of its model.
     #[serde(default)]
     pub embedding: Option<Uuid>,
+    /// Hybrid: the constant of reciprocal rank fusion (> 0).
+    #[serde(default)]
+    pub rrf_k: Option<f64>,
+    /// Hybrid: the weight of the vector list (≥ 0).
+    #[serde(default)]
+    pub similarity_weight: Option<f64>,
+    /// Hybrid: the weight of the lexical list (≥ 0).
+    #[serde(default)]
+    pub full_text_weight: Option<f64>,
+}
+
+/// How a hybrid search fuses its lists: score = Σ weight / (`rrf_k` + rank).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FusionParams {
+    pub rrf_k: f64,
+    pub similarity_weight: f64,
+    pub full_text_weight: f64,
+}
+
+impl Default for FusionParams {
+    fn default() -> Self {
+        Self {
+            rrf_k: DEFAULT_RRF_K,
+            similarity_weight: 1.0,
+            full_text_weight: 1.0,
+        }
+    }
+}
+
+impl FusionParams {
+    /// `rrf_k` above 0, weights at least 0 and not both 0, all finite.
+    pub fn is_valid(&self) -> bool {
+        let weights = [self.similarity_weight, self.full_text_weight];
+        self.rrf_k.is_finite()
+            && self.rrf_k > 0.0
+            && weights.iter().all(|w| w.is_finite() && *w >= 0.0)
+            && weights.iter().any(|w| *w > 0.0)
+    }
 }
 
 /// The parameters a search runs with: the defaults when `params` is omitted (k 5, fetch_k
-/// 10), 0 for omitted `k` and `fetch_k` when it is present, `lambda_mult` 0.5 either way.
+/// 10), 0 for omitted `k` and `fetch_k` when it is present, `lambda_mult` 0.5 either way; a
+/// hybrid search's `fetch_k` is [`DEFAULT_HYBRID_FETCH_K`] whenever it is omitted.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EffectiveParams {
     pub k: u16,
@@ -348,10 +397,12 @@ pub struct EffectiveParams {
     pub lambda_mult: f64,
     pub threshold: Option<f64>,
     pub embedding: Option<Uuid>,
+    /// Hybrid searches only.
+    pub fusion: FusionParams,
 }
 
 impl Default for EffectiveParams {
-    /// The parameters of a search without `params`.
+    /// The parameters of a similarity, MMR or full-text search without `params`.
     fn default() -> Self {
         Self {
             k: DEFAULT_K,
@@ -359,14 +410,15 @@ impl Default for EffectiveParams {
             lambda_mult: DEFAULT_LAMBDA_MULT,
             threshold: None,
             embedding: None,
+            fusion: FusionParams::default(),
         }
     }
 }
 
 impl EffectiveParams {
-    /// The parameters of a request whose `params` is `params`.
-    pub fn from_request(params: Option<&SearchParams>) -> Self {
-        match params {
+    /// The parameters of a search of `kind` whose `params` is `params`.
+    pub fn from_request(kind: SearchKind, params: Option<&SearchParams>) -> Self {
+        let mut effective = match params {
             None => Self::default(),
             Some(p) => Self {
                 k: p.k.unwrap_or(0),
@@ -374,8 +426,17 @@ impl EffectiveParams {
                 lambda_mult: p.lambda_mult.unwrap_or(DEFAULT_LAMBDA_MULT),
                 threshold: p.threshold,
                 embedding: p.embedding,
+                fusion: FusionParams {
+                    rrf_k: p.rrf_k.unwrap_or(DEFAULT_RRF_K),
+                    similarity_weight: p.similarity_weight.unwrap_or(1.0),
+                    full_text_weight: p.full_text_weight.unwrap_or(1.0),
+                },
             },
+        };
+        if kind == SearchKind::Hybrid && params.and_then(|p| p.fetch_k).is_none() {
+            effective.fetch_k = DEFAULT_HYBRID_FETCH_K;
         }
+        effective
     }
 
     /// The same parameters as a request's `params` naming each of them.
@@ -386,27 +447,46 @@ impl EffectiveParams {
             lambda_mult: Some(self.lambda_mult),
             threshold: self.threshold,
             embedding: self.embedding,
+            rrf_k: Some(self.fusion.rrf_k),
+            similarity_weight: Some(self.fusion.similarity_weight),
+            full_text_weight: Some(self.fusion.full_text_weight),
         }
     }
 
-    /// Rows a vector search's statement selects: `k`, or MMR's `fetch_k`.
+    /// Rows a vector search's statement selects: `k`, MMR's `fetch_k`, or a hybrid search's
+    /// candidates per list (never fewer than `k`).
     pub fn statement_rows(&self, kind: SearchKind) -> u64 {
-        u64::from(if kind == SearchKind::Mmr {
-            self.fetch_k
-        } else {
-            self.k
+        u64::from(match kind {
+            SearchKind::Mmr => self.fetch_k,
+            SearchKind::Hybrid => self.fetch_k.max(self.k),
+            _ => self.k,
         })
     }
 
-    /// The parsed parameters as the interface echoes them (`details.params`).
-    pub fn to_json(&self) -> Value {
-        json!({
+    /// The parsed parameters as the interface echoes them (`details.params`); a hybrid
+    /// search's also name how it fuses.
+    pub fn to_json(&self, kind: SearchKind) -> Value {
+        let mut echoed = json!({
             "k": self.k,
             "fetch_k": self.fetch_k,
             "lambda_mult": self.lambda_mult,
             "threshold": self.threshold,
             "embedding": self.embedding,
-        })
+        });
+        if kind == SearchKind::Hybrid
+            && let Value::Object(map) = &mut echoed
+        {
+            map.insert("rrf_k".to_owned(), json!(self.fusion.rrf_k));
+            map.insert(
+                "similarity_weight".to_owned(),
+                json!(self.fusion.similarity_weight),
+            );
+            map.insert(
+                "full_text_weight".to_owned(),
+                json!(self.fusion.full_text_weight),
+            );
+        }
+        echoed
     }
 }
 
@@ -460,22 +540,69 @@ mod tests {
 
     #[test]
     fn params_take_the_defaults_only_when_omitted() {
+        let omitted = EffectiveParams::from_request(SearchKind::Mmr, None);
         assert_eq!(
-            EffectiveParams::from_request(None),
-            EffectiveParams {
-                k: 5,
-                fetch_k: 10,
-                lambda_mult: 0.5,
-                threshold: None,
-                embedding: None,
-            }
+            (
+                omitted.k,
+                omitted.fetch_k,
+                omitted.lambda_mult,
+                omitted.threshold
+            ),
+            (5, 10, 0.5, None)
         );
-        let present = EffectiveParams::from_request(Some(&SearchParams::default()));
+        let present =
+            EffectiveParams::from_request(SearchKind::Mmr, Some(&SearchParams::default()));
         assert_eq!(
             (present.k, present.fetch_k, present.lambda_mult),
             (0, 0, 0.5)
         );
-        let round_trip = EffectiveParams::from_request(Some(&present.as_request()));
+        let round_trip =
+            EffectiveParams::from_request(SearchKind::Mmr, Some(&present.as_request()));
         assert_eq!(round_trip, present);
+        assert_eq!(
+            present
+                .to_json(SearchKind::Mmr)
+                .as_object()
+                .map(|o| o.len()),
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn a_hybrid_search_takes_its_candidates_and_fusion_by_default() {
+        let omitted = EffectiveParams::from_request(SearchKind::Hybrid, None);
+        assert_eq!((omitted.k, omitted.fetch_k), (5, DEFAULT_HYBRID_FETCH_K));
+        assert_eq!(omitted.fusion, FusionParams::default());
+        let present =
+            EffectiveParams::from_request(SearchKind::Hybrid, Some(&SearchParams::default()));
+        assert_eq!((present.k, present.fetch_k), (0, DEFAULT_HYBRID_FETCH_K));
+        let few = SearchParams {
+            k: Some(20),
+            fetch_k: Some(3),
+            ..SearchParams::default()
+        };
+        let few = EffectiveParams::from_request(SearchKind::Hybrid, Some(&few));
+        assert_eq!(few.statement_rows(SearchKind::Hybrid), 20);
+        assert_eq!(few.to_json(SearchKind::Hybrid)["rrf_k"], json!(60.0));
+    }
+
+    #[test]
+    fn fusion_needs_a_positive_constant_and_a_positive_weight() {
+        let valid = |rrf_k, similarity_weight, full_text_weight| {
+            FusionParams {
+                rrf_k,
+                similarity_weight,
+                full_text_weight,
+            }
+            .is_valid()
+        };
+        assert!(valid(60.0, 1.0, 1.0));
+        assert!(valid(0.5, 0.0, 2.0));
+        assert!(!valid(0.0, 1.0, 1.0));
+        assert!(!valid(-1.0, 1.0, 1.0));
+        assert!(!valid(60.0, 0.0, 0.0));
+        assert!(!valid(60.0, -1.0, 1.0));
+        assert!(!valid(f64::NAN, 1.0, 1.0));
+        assert!(!valid(60.0, f64::INFINITY, 1.0));
     }
 }

@@ -255,6 +255,23 @@ pub fn nearest_plan(
     limit: u64,
     with_embeddings: bool,
 ) -> ApiResult<NearestPlan> {
+    planned(query, threshold, limit, with_embeddings, true, |nearest| {
+        trove_query::search::nearest(scope, nearest)
+    })
+}
+
+/// Plans the vector side of a search (its path, walk and settings) and builds its statement
+/// with `build`, given the selection. `constant_fetch`: an unrestricted walk may write its
+/// LIMIT into the statement (see [`Fetch::Constant`]); a statement holding the selection
+/// within others binds it.
+fn planned(
+    query: &VectorQuery<'_>,
+    threshold: Option<f64>,
+    limit: u64,
+    with_embeddings: bool,
+    constant_fetch: bool,
+    build: impl FnOnce(&Nearest<'_>) -> (String, sea_query::Values),
+) -> ApiResult<NearestPlan> {
     let Some(distance) = query.strategy.distance() else {
         return Err(ApiError::Database(
             "the max-inner-product distance strategy is not supported".to_owned(),
@@ -269,12 +286,15 @@ pub fn nearest_plan(
     let fetch = walk.map_or(limit, |w| w.fetch);
     // An unrestricted walk fetching one of the code's constants writes it into the statement,
     // whose generic plan Postgres then reuses instead of planning each search again.
-    let limit_rows =
-        if walk.is_some() && query.selectivity.is_none() && CONSTANT_FETCHES.contains(&fetch) {
-            Fetch::Constant(fetch)
-        } else {
-            Fetch::Bound(fetch)
-        };
+    let limit_rows = if constant_fetch
+        && walk.is_some()
+        && query.selectivity.is_none()
+        && CONSTANT_FETCHES.contains(&fetch)
+    {
+        Fetch::Constant(fetch)
+    } else {
+        Fetch::Bound(fetch)
+    };
     let order = if query.unit_vectors {
         Distance::Cosine
     } else {
@@ -284,31 +304,28 @@ pub fn nearest_plan(
     let vector_count = query
         .gate
         .map(|_| crate::store::vectors::estimated_rows_sql(&format!("'{table}'::regclass")));
-    let (sql, values) = trove_query::search::nearest(
-        scope,
-        &Nearest {
-            vector_table: &table,
-            vector: query.vector,
-            distance,
-            order,
-            index_dimensions: query
-                .indexed
-                .then(|| u32::try_from(query.vector.len()).ok())
-                .flatten(),
-            exact,
-            threshold,
-            fetch: limit_rows,
-            with_embeddings,
-            gate: query
-                .gate
-                .zip(vector_count.as_deref())
-                .map(|(gate, count)| trove_query::search::Gate {
-                    epoch: gate.epoch,
-                    vector_count: (count, gate.estimated_rows),
-                    unrecorded_integer_fields: &gate.unrecorded_integer_fields,
-                }),
-        },
-    );
+    let (sql, values) = build(&Nearest {
+        vector_table: &table,
+        vector: query.vector,
+        distance,
+        order,
+        index_dimensions: query
+            .indexed
+            .then(|| u32::try_from(query.vector.len()).ok())
+            .flatten(),
+        exact,
+        threshold,
+        fetch: limit_rows,
+        with_embeddings,
+        gate: query
+            .gate
+            .zip(vector_count.as_deref())
+            .map(|(gate, count)| trove_query::search::Gate {
+                epoch: gate.epoch,
+                vector_count: (count, gate.estimated_rows),
+                unrecorded_integer_fields: &gate.unrecorded_integer_fields,
+            }),
+    });
     Ok(NearestPlan {
         sql,
         arguments: SqlxValues(values).into_arguments(),
@@ -463,6 +480,77 @@ pub async fn full_text(
         .await?;
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     Ok(hits)
+}
+
+/// A fragment found by a hybrid search: its fused score and its rank in each list (`None`
+/// when absent from it).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HybridHit {
+    #[sqlx(flatten)]
+    pub hit: Hit,
+    pub similarity_rank: Option<i64>,
+    pub full_text_rank: Option<i64>,
+}
+
+/// The lexical side and the fusion of a hybrid search.
+pub struct HybridQuery<'a> {
+    /// The query's text.
+    pub text: &'a str,
+    /// Candidates per list (at least `k`).
+    pub candidates: u64,
+    pub fusion: trove_query::hybrid::Fusion,
+    pub k: u64,
+}
+
+/// Hybrid search: the first `candidates` of the vector list (as similarity finds them, within
+/// the threshold) and of the lexical list (fragments holding any word of the query), fused by
+/// reciprocal rank, in one statement; at most `k`, best first.
+pub async fn hybrid(
+    conn: &mut store::Connection,
+    scope: &Scope<'_>,
+    query: &VectorQuery<'_>,
+    threshold: Option<f64>,
+    hybrid: &HybridQuery<'_>,
+) -> ApiResult<Vec<HybridHit>> {
+    if hybrid.k == 0 {
+        return Ok(Vec::new());
+    }
+    // Postgres text cannot hold U+0000; as a word separator it means what a space means.
+    let text = hybrid.text.replace('\0', " ");
+    let config = trove_text::text_search_config(&text);
+    let plan = planned(
+        query,
+        threshold,
+        hybrid.candidates,
+        false,
+        false,
+        |nearest| {
+            trove_query::hybrid::hybrid(
+                scope,
+                &trove_query::hybrid::Hybrid {
+                    nearest: Nearest {
+                        vector_table: nearest.vector_table,
+                        vector: nearest.vector,
+                        gate: None,
+                        ..*nearest
+                    },
+                    lexical: trove_query::hybrid::Lexical {
+                        config,
+                        query: &text,
+                        fetch: hybrid.candidates,
+                    },
+                    candidates: hybrid.candidates,
+                    fusion: hybrid.fusion,
+                    k: hybrid.k,
+                },
+            )
+        },
+    )?;
+    let rows = run_plan(conn, plan).await?;
+    rows.iter()
+        .map(<HybridHit as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ApiError::from)
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use trove_query::filter::Filter;
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
-use super::search::{self as search_service, QueryVector, SearchInput, SearchParams};
+use super::search::{self as search_service, QueryVector, SearchInput};
 use crate::access::{AccessLevel, ObjectType};
 use crate::agents::definition::{
-    AgentDefinition, DefinitionError, Message, Placeholder, RenderedMessage, RetrievalParams,
+    AgentDefinition, DefinitionError, Message, Placeholder, RenderedMessage,
 };
 pub use crate::agents::trace::Trace;
 use crate::agents::trace::{self, AnswerRecorder, TraceIds};
@@ -92,12 +92,12 @@ fn definition_of(row: &AgentRow) -> ApiResult<AgentDefinition> {
 
 /// Validates a definition and writes it: the new row, or `None` when the agent vanished.
 async fn store_definition(
-    pool: &Pool,
+    state: &AppState,
     id: Uuid,
     definition: &AgentDefinition,
     existing: bool,
 ) -> ApiResult<Option<AgentRow>> {
-    definition.validate()?;
+    definition.validate(state.config.extensions)?;
     let internal = |e: serde_json::Error| ApiError::Internal(e.to_string());
     let prompt = serde_json::to_value(&definition.prompt).map_err(internal)?;
     let placeholders = serde_json::to_value(&definition.placeholders).map_err(internal)?;
@@ -108,9 +108,9 @@ async fn store_definition(
         placeholders: &placeholders,
     };
     Ok(if existing {
-        store::update(pool, id, &fields).await?
+        store::update(&state.pool, id, &fields).await?
     } else {
-        Some(store::insert(pool, id, &fields).await?)
+        Some(store::insert(&state.pool, id, &fields).await?)
     })
 }
 
@@ -137,7 +137,7 @@ pub async fn create(
 ) -> ApiResult<AgentRow> {
     auth.require_type(ObjectType::Agents, AccessLevel::WRITE)?;
     check_license(&state.config.license, &state.pool, Some(ObjectType::Agents)).await?;
-    store_definition(&state.pool, Uuid::new_v4(), &definition, false)
+    store_definition(state, Uuid::new_v4(), &definition, false)
         .await?
         .ok_or_else(|| ApiError::Internal("insert returned no row".to_owned()))
 }
@@ -172,7 +172,7 @@ pub async fn update(
     if let Some(placeholders) = change.placeholders {
         definition.placeholders = placeholders;
     }
-    store_definition(&state.pool, id, &definition, true)
+    store_definition(state, id, &definition, true)
         .await?
         .ok_or_else(|| not_found(id))
 }
@@ -316,17 +316,6 @@ async fn query_vectors(
         .collect()
 }
 
-fn search_params(params: RetrievalParams) -> SearchParams {
-    let narrow = |value: u32| Some(u16::try_from(value).unwrap_or(u16::MAX));
-    SearchParams {
-        k: narrow(params.k),
-        fetch_k: narrow(params.fetch_k),
-        lambda_mult: Some(params.lambda_mult),
-        threshold: params.threshold,
-        embedding: params.embedding,
-    }
-}
-
 /// Runs every retrieval placeholder (referenced or not) through the search service, with its
 /// target's value, its parameters, the request's classification and its filter (cosine).
 /// Returns `(placeholder, fragments)` in definition order; the first failing placeholder in
@@ -346,7 +335,7 @@ async fn retrieve(
             query: input.variables.get(target).cloned().unwrap_or_default(),
             kind: placeholder.kind,
             classification: input.classification.clone(),
-            params: Some(search_params(placeholder.effective_params())),
+            params: Some(placeholder.effective_params().as_request()),
             filters: input.filters.get(&placeholder.name).cloned(),
             distance_strategy: Some(DistanceStrategy::DEFAULT),
         };

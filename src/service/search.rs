@@ -8,15 +8,19 @@ use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::auth::key_check::{self, Credentials};
 use crate::auth::search_memory::Remembered;
+use crate::config::Extensions;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
 pub use crate::retrieval::kinds::{DistanceStrategy, EffectiveParams, SearchKind, SearchParams};
-use crate::retrieval::search::{self, Gate, Hit, NearestPath, Scope, VectorQuery};
+use crate::retrieval::search::{
+    self, Gate, Hit, HybridHit, HybridQuery, NearestPath, Scope, VectorQuery,
+};
 use crate::state::AppState;
 use crate::store::api_keys::KeyRead;
 use crate::store::pipelines::{PipelineRow, SearchContext};
 use crate::store::{Connection, DatabaseError};
+use trove_query::hybrid::Fusion;
 
 /// A search request, already deserialized.
 pub struct SearchInput {
@@ -290,8 +294,8 @@ pub async fn run_with(
         }
         kept => kept,
     };
-    let params = EffectiveParams::from_request(input.params.as_ref());
-    check_kind(input.kind, pipeline, &params)?;
+    let params = EffectiveParams::from_request(input.kind, input.params.as_ref());
+    check_kind(input.kind, pipeline, &params, state.config.extensions)?;
     // The query's vector (similarity and MMR with k > 0) is computed while the
     // classifications are read and the filter compiled.
     let vector_target = input
@@ -324,25 +328,39 @@ pub async fn run_with(
         params,
         gate,
     };
-    let hits = match input.kind {
-        SearchKind::Similarity | SearchKind::Mmr => {
-            let ve = match vector_target {
-                Some(target) => target?.0,
-                None => {
-                    return Err(ApiError::Internal(
-                        "no vector embedding selected".to_owned(),
-                    ));
-                }
-            };
-            let Some(vector) = embedding else {
-                // k = 0, or MMR with fetch_k = 0.
-                return Ok(Vec::new());
-            };
-            let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::DEFAULT);
-            search.vector(input.kind, ve, &vector?, strategy).await?
+    if !input.kind.embeds_query() {
+        let hits = search.full_text(&input.query).await?;
+        return hits.into_iter().map(|hit| hit_object(state, hit)).collect();
+    }
+    let ve = match vector_target {
+        Some(target) => target?.0,
+        None => {
+            return Err(ApiError::Internal(
+                "no vector embedding selected".to_owned(),
+            ));
         }
-        _ => search.full_text(&input.query).await?,
     };
+    let Some(vector) = embedding else {
+        // k = 0, or MMR with fetch_k = 0.
+        return Ok(Vec::new());
+    };
+    let vector = vector?;
+    let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::DEFAULT);
+    if input.kind == SearchKind::Hybrid {
+        let hits = search.hybrid(ve, &vector, strategy, &input.query).await?;
+        return hits
+            .into_iter()
+            .map(|ranked| {
+                let mut object = hit_object(state, ranked.hit)?;
+                if let Value::Object(map) = &mut object {
+                    map.insert("similarity_rank".to_owned(), json!(ranked.similarity_rank));
+                    map.insert("full_text_rank".to_owned(), json!(ranked.full_text_rank));
+                }
+                Ok(object)
+            })
+            .collect();
+    }
+    let hits = search.vector(input.kind, ve, &vector, strategy).await?;
     hits.into_iter().map(|hit| hit_object(state, hit)).collect()
 }
 
@@ -372,17 +390,28 @@ async fn permitted_context(
     })
 }
 
-/// The search kinds a pipeline cannot serve.
-fn check_kind(kind: SearchKind, pipeline: &PipelineRow, params: &EffectiveParams) -> ApiResult<()> {
-    if let Some(message) = kind.not_implemented() {
+/// The search kinds the deployment or the pipeline cannot serve, and invalid fusion
+/// parameters of a hybrid search.
+fn check_kind(
+    kind: SearchKind,
+    pipeline: &PipelineRow,
+    params: &EffectiveParams,
+    extensions: Extensions,
+) -> ApiResult<()> {
+    if let Some(message) = kind.not_implemented(extensions) {
         return Err(ApiError::NotImplemented(message));
     }
     match kind {
         SearchKind::Query => Err(ApiError::InvalidSearchType),
-        SearchKind::Search if !pipeline.has_full_text_search => {
-            Err(ApiError::FullTextDisabled(params.to_json()))
+        SearchKind::Hybrid if !params.fusion.is_valid() => Err(ApiError::InvalidSearchType),
+        SearchKind::Search | SearchKind::Hybrid if !pipeline.has_full_text_search => {
+            Err(ApiError::FullTextDisabled(params.to_json(kind)))
         }
-        _ => Ok(()),
+        SearchKind::Similarity
+        | SearchKind::Mmr
+        | SearchKind::Search
+        | SearchKind::Hybrid
+        | SearchKind::History => Ok(()),
     }
 }
 
@@ -586,6 +615,45 @@ impl Search<'_> {
             )
             .await
         }?;
+        connection.park();
+        Ok(hits)
+    }
+
+    /// Hybrid search on the association `ve`: its vector list and the lexical list, fused.
+    async fn hybrid(
+        mut self,
+        ve: Uuid,
+        vector: &[f32],
+        strategy: DistanceStrategy,
+        text: &str,
+    ) -> ApiResult<Vec<HybridHit>> {
+        self.refuse_unconvertible().await?;
+        let mut connection = statement_connection(self.state, self.connection.take()).await?;
+        let query = VectorQuery {
+            vector_embedding_id: ve,
+            vector,
+            strategy,
+            unit_vectors: strategy == DistanceStrategy::Cosine
+                || self.context.ve_unit_vectors.unwrap_or(false),
+            estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
+            selectivity: self.parts.selectivity,
+            path: self.parts.path,
+            indexed: !self.context.ve_index_deferred.unwrap_or(false),
+            gate: None,
+        };
+        let p = &self.params;
+        let hybrid = HybridQuery {
+            text,
+            candidates: p.statement_rows(SearchKind::Hybrid),
+            fusion: Fusion {
+                rrf_k: p.fusion.rrf_k,
+                similarity_weight: p.fusion.similarity_weight,
+                full_text_weight: p.fusion.full_text_weight,
+            },
+            k: p.k.into(),
+        };
+        let hits =
+            search::hybrid(&mut connection, &self.scope(), &query, p.threshold, &hybrid).await?;
         connection.park();
         Ok(hits)
     }

@@ -17,6 +17,7 @@ mod examples;
 mod fake_llm;
 mod filter_fuzz;
 mod hostile_input;
+mod hybrid;
 mod ingestion;
 mod large_filters;
 mod license;

@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    Reply, TestApp, assert_error, keys_of, run, spawn_app, spawn_app_without_worker, str_of,
+    AppOptions, Reply, TestApp, assert_error, keys_of, run, spawn_app, spawn_app_with,
+    spawn_app_without_worker, str_of,
 };
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -1249,4 +1250,50 @@ async fn mcp_requests_are_labelled_mcp_in_metrics_and_carry_request_ids() {
     assert_eq!(reply.status, StatusCode::OK);
     let allowed = reply.header("access-control-allow-methods").unwrap();
     assert!(allowed.contains("POST"), "{allowed}");
+}
+
+#[tokio::test]
+async fn search_knowledge_runs_hybrid_searches_with_the_extension_on() {
+    let app = spawn_app_with(AppOptions {
+        env: std::collections::HashMap::from([(
+            "TROVE_EXTENSIONS".to_owned(),
+            "hybrid".to_owned(),
+        )]),
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    let pipeline = app
+        .new_pipeline(json!({"has_full_text_search": true}))
+        .await;
+    let pid = str_of(&pipeline, "id").to_owned();
+    app.submit_text(
+        &pid,
+        "harbour",
+        "Zanzibar harbour ships and cargo manifests.",
+    )
+    .await;
+    app.submit_text(&pid, "garden", "Botanical garden orchids and ferns.")
+        .await;
+    assert_eq!(app.step().await.stored, 2);
+    let mut client = session(&app).await;
+    let tools = client.call("tools/list", json!({})).await;
+    let search = &tools["result"]["tools"][2];
+    assert_eq!(search["name"], "search_knowledge");
+    assert!(
+        search["inputSchema"]["properties"]["params"]["properties"]["rrf_k"].is_object(),
+        "{search}"
+    );
+    let output = client
+        .tool_ok(
+            "search_knowledge",
+            json!({"pipeline_id": pid, "query": "Zanzibar flowers", "classifications": ["public"],
+                   "type": "hybrid", "params": {"k": 2, "rrf_k": 10}}),
+        )
+        .await;
+    let results = output["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{output}");
+    assert_eq!(results[0]["full_text_rank"], 1, "{output}");
+    assert!(str_of(&results[0], "page_content").contains("Zanzibar"));
+    assert_eq!(results[0]["embedding"], Value::Null);
 }

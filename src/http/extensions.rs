@@ -1,0 +1,185 @@
+//! The OpenAPI document of a deployment: the interface's (poem-openapi's, from the API types)
+//! with each extension that is on described where it changes the interface, and nowhere else.
+//! With no extension on, the interface's document is served unchanged.
+//!
+//! The request fields of an extension are in the API types for parsing, but skipped in their
+//! schemas (`#[oai(skip)]`); [`document`] adds them when the extension is on, marked as such.
+
+use serde_json::{Map, Value, json};
+
+use crate::config::{Extension, Extensions};
+
+/// The document served at `/openapi.json` and shown by the references.
+pub fn document(interface: &str, extensions: Extensions) -> String {
+    if extensions == Extensions::NONE {
+        return interface.to_owned();
+    }
+    let Ok(mut document) = serde_json::from_str::<Value>(interface) else {
+        return interface.to_owned();
+    };
+    for extension in Extension::ALL {
+        if extensions.has(extension) {
+            describe(&mut document, extension);
+        }
+    }
+    let on: Vec<&str> = Extension::ALL
+        .into_iter()
+        .filter(|e| extensions.has(*e))
+        .map(Extension::name)
+        .collect();
+    if let Some(Value::String(description)) = document.pointer_mut("/info/description") {
+        description.push_str(&format!(
+            " Extensions of the interface on in this deployment: {}.",
+            on.join(", ")
+        ));
+    }
+    document.to_string()
+}
+
+/// The properties of a schema of `components/schemas`.
+fn properties<'a>(document: &'a mut Value, schema: &str) -> Option<&'a mut Map<String, Value>> {
+    document
+        .pointer_mut(&format!("/components/schemas/{schema}/properties"))
+        .and_then(Value::as_object_mut)
+}
+
+/// Appends `text` to the description of a schema of `components/schemas`.
+fn describe_schema(document: &mut Value, schema: &str, text: &str) {
+    if let Some(Value::Object(object)) =
+        document.pointer_mut(&format!("/components/schemas/{schema}"))
+    {
+        let description = object
+            .entry("description")
+            .or_insert_with(|| Value::String(String::new()));
+        if let Value::String(description) = description {
+            if !description.is_empty() {
+                description.push(' ');
+            }
+            description.push_str(text);
+        }
+    }
+}
+
+fn describe(document: &mut Value, extension: Extension) {
+    match extension {
+        Extension::Hybrid => describe_hybrid(document),
+    }
+}
+
+/// `hybrid` searches and placeholders: the fusion parameters, the ranks of each list.
+fn describe_hybrid(document: &mut Value) {
+    let fusion = [
+        (
+            "rrf_k",
+            json!({
+                "type": "number",
+                "format": "double",
+                "exclusiveMinimum": true,
+                "minimum": 0,
+                "description": "Extension `hybrid`: the constant k of reciprocal rank fusion \
+                                (score = Σ weight / (k + rank)); default 60.",
+            }),
+        ),
+        (
+            "similarity_weight",
+            json!({
+                "type": "number",
+                "format": "double",
+                "minimum": 0,
+                "description": "Extension `hybrid`: the weight of the vector list; default 1 \
+                                (not 0 together with `full_text_weight`).",
+            }),
+        ),
+        (
+            "full_text_weight",
+            json!({
+                "type": "number",
+                "format": "double",
+                "minimum": 0,
+                "description": "Extension `hybrid`: the weight of the lexical list; default 1.",
+            }),
+        ),
+    ];
+    for schema in ["SearchParams", "PlaceholderParams"] {
+        if let Some(properties) = properties(document, schema) {
+            for (name, property) in &fusion {
+                properties.insert((*name).to_owned(), property.clone());
+            }
+            if let Some(Value::Object(fetch_k)) = properties.get_mut("fetch_k") {
+                fetch_k.insert(
+                    "description".to_owned(),
+                    json!(
+                        "MMR candidates; with the extension `hybrid`, a hybrid search's \
+                         candidates per list (default 100 whenever omitted, never fewer than k)."
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(properties) = properties(document, "Fragment") {
+        for (name, list) in [("similarity_rank", "vector"), ("full_text_rank", "lexical")] {
+            properties.insert(
+                name.to_owned(),
+                json!({
+                    "type": "integer",
+                    "format": "int64",
+                    "nullable": true,
+                    "description": format!(
+                        "Extension `hybrid`, hybrid search results only: the fragment's rank in \
+                         the {list} list, from 1; null when absent from it."
+                    ),
+                }),
+            );
+        }
+    }
+    describe_schema(
+        document,
+        "SearchKind",
+        "With the extension `hybrid`: `hybrid` fuses the similarity list and a full-text list \
+         of fragments holding any word of the query by reciprocal rank (score: higher is \
+         better); it needs an embedding model and full-text search.",
+    );
+    describe_schema(
+        document,
+        "PlaceholderTypeName",
+        "With the extension `hybrid`, `hybrid` placeholders are retrieval placeholders.",
+    );
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_extensions_the_interface_document_is_served_unchanged() {
+        let interface = super::super::openapi_document();
+        assert_eq!(document(&interface, Extensions::NONE), interface);
+    }
+
+    #[test]
+    fn the_hybrid_extension_is_described_where_it_changes_the_interface() {
+        let interface = super::super::openapi_document();
+        let on: Value = serde_json::from_str(&document(
+            &interface,
+            Extensions::NONE.with(Extension::Hybrid),
+        ))
+        .unwrap();
+        let off: Value = serde_json::from_str(&interface).unwrap();
+        for schema in ["SearchParams", "PlaceholderParams"] {
+            let path = format!("/components/schemas/{schema}/properties/rrf_k");
+            assert!(on.pointer(&path).is_some(), "{path}");
+            assert!(off.pointer(&path).is_none(), "{path}");
+        }
+        assert!(
+            on.pointer("/components/schemas/Fragment/properties/similarity_rank")
+                .is_some()
+        );
+        assert!(
+            on["info"]["description"]
+                .as_str()
+                .unwrap()
+                .ends_with("Extensions of the interface on in this deployment: hybrid.")
+        );
+    }
+}

@@ -1,0 +1,496 @@
+//! The `hybrid` extension: hybrid searches (both lists fused by reciprocal rank), hybrid agent
+//! placeholders and the MCP tool, switched on by `TROVE_EXTENSIONS`; with the switch off,
+//! every `hybrid` answer is the interface's 501.
+
+use std::collections::HashMap;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use trove_query::search::Scope;
+use uuid::Uuid;
+
+use crate::helpers::{AppOptions, TestApp, assert_error, spawn_app_with};
+
+/// Short notes, some found by meaning, some only by an exact word.
+const NOTES: [(&str, &str, &str, i64); 10] = [
+    (
+        "remote",
+        "public",
+        "Employees may work from home up to three days a week.",
+        2023,
+    ),
+    (
+        "sso",
+        "public",
+        "Release 4.2 adds single sign-on with SAML and OpenID Connect.",
+        2024,
+    ),
+    (
+        "certs",
+        "internal",
+        "The broker stalled after the TLS certificate expired; error E4711.",
+        2024,
+    ),
+    (
+        "travel",
+        "public",
+        "Travel expenses are reimbursed within fourteen days.",
+        2025,
+    ),
+    (
+        "laptops",
+        "public",
+        "New laptops are ordered through the IT service desk.",
+        2022,
+    ),
+    (
+        "oncall",
+        "internal",
+        "The on-call engineer answers pages within fifteen minutes.",
+        2023,
+    ),
+    (
+        "office",
+        "public",
+        "The office is closed on public holidays and weekends.",
+        2021,
+    ),
+    (
+        "flag",
+        "public",
+        "Set the option max_connections to raise the pool size.",
+        2024,
+    ),
+    (
+        "backup",
+        "internal",
+        "Backups run nightly and are kept for thirty days.",
+        2022,
+    ),
+    (
+        "parking",
+        "public",
+        "Parking permits are renewed every January.",
+        2025,
+    ),
+];
+
+async fn hybrid_app(extensions: &str) -> TestApp {
+    let mut env = HashMap::new();
+    if !extensions.is_empty() {
+        env.insert("TROVE_EXTENSIONS".to_owned(), extensions.to_owned());
+    }
+    spawn_app_with(AppOptions {
+        env,
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await
+}
+
+/// A pipeline of the notes (full-text search on, unless `extra` says otherwise), processed.
+async fn notes_pipeline(app: &TestApp, extra: Value) -> String {
+    let mut body = json!({"has_full_text_search": true});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    let pid = app.new_pipeline_id(body).await;
+    let documents = NOTES
+        .iter()
+        .map(|(name, classification, text, year)| {
+            json!({"external_identifier": name, "classification": classification, "text": text, "metadata": {"year": year, "team": name}})
+        })
+        .collect();
+    app.submit_batch(&pid, documents).await;
+    while app.step().await.stored > 0 {}
+    pid
+}
+
+async fn search(app: &TestApp, pid: &str, body: Value) -> crate::helpers::Reply {
+    app.post(&format!("/pipelines/{pid}/search"), &body).await
+}
+
+fn names(results: &Value) -> Vec<String> {
+    results
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {results}"))
+        .iter()
+        .map(|f| {
+            f["metadata"]["team"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn with_the_extension_off_hybrid_answers_501_as_the_interface_says() {
+    let app = hybrid_app("").await;
+    let pid = app
+        .new_pipeline_id(json!({"has_full_text_search": true}))
+        .await;
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "hybrid", "classification": "public"}),
+    )
+    .await;
+    assert_error(
+        &reply,
+        StatusCode::NOT_IMPLEMENTED,
+        "Hybrid placeholder is not implemented yet",
+    );
+    assert!(
+        reply.body["error"].get("details").is_none(),
+        "{}",
+        reply.text
+    );
+    let agent = app
+        .post(
+            "/agents",
+            &json!({"name": "h", "prompt": [{"role": "system", "template": "{c}"}, {"role": "user", "template": "{q}"}],
+                    "placeholders": [{"name": "q", "type": "query"}, {"name": "c", "type": "hybrid", "target": "q"}]}),
+        )
+        .await;
+    assert_error(&agent, StatusCode::NOT_IMPLEMENTED, "Not implemented");
+    let document: Value = app.get("/openapi.json").await.body;
+    assert!(
+        document
+            .pointer("/components/schemas/SearchParams/properties/rrf_k")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_hybrid_search_fuses_both_lists_by_reciprocal_rank() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    // An exact identifier only the lexical list knows, and words the vector list finds.
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "what does error E4711 mean for working from home", "type": "hybrid",
+               "classification": "internal", "params": {"k": 4}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let results = reply.body.as_array().unwrap();
+    assert_eq!(results.len(), 4, "{}", reply.text);
+    let found = names(&reply.body);
+    assert!(found.contains(&"certs".to_owned()), "{found:?}");
+    assert!(found.contains(&"remote".to_owned()), "{found:?}");
+    let mut previous = f64::INFINITY;
+    for fragment in results {
+        let score = fragment["score"].as_f64().unwrap();
+        assert!(score <= previous, "descending fused scores: {}", reply.text);
+        previous = score;
+        let ranks = [&fragment["similarity_rank"], &fragment["full_text_rank"]];
+        assert!(
+            ranks.iter().any(|r| r.as_u64().is_some_and(|r| r >= 1)),
+            "{fragment}"
+        );
+        let expected: f64 = ranks
+            .iter()
+            .filter_map(|r| r.as_f64())
+            .map(|rank| 1.0 / (60.0 + rank))
+            .sum();
+        assert!((score - expected).abs() < 1e-12, "{fragment}");
+        assert!(fragment.get("embedding").is_none());
+        assert_eq!(fragment["expired_at"], Value::Null);
+    }
+    // Omitted params: k 5; a reader of `public` never sees `internal` notes.
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "certificate expired E4711", "type": "hybrid", "classification": "public"}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body.as_array().unwrap().len(), 5, "{}", reply.text);
+    assert!(!names(&reply.body).contains(&"certs".to_owned()));
+}
+
+/// The lexical list of a scope as the hybrid statement builds it, run on its own: ids best
+/// first.
+async fn lexical_list(
+    app: &TestApp,
+    pid: &str,
+    classifications: &[String],
+    query: &str,
+    fetch: u64,
+) -> Vec<Uuid> {
+    use sea_query::PostgresQueryBuilder;
+    use sea_query_sqlx::SqlxBinder;
+    let scope = Scope {
+        pipeline_id: Uuid::parse_str(pid).unwrap(),
+        classifications,
+        filter: None,
+    };
+    let lexical = trove_query::hybrid::Lexical {
+        config: trove_text::text_search_config(query),
+        query,
+        fetch,
+    };
+    let (sql, values) =
+        trove_query::hybrid::lexical_candidates(&scope, &lexical).build_sqlx(PostgresQueryBuilder);
+    sqlx::query_scalar_with(sqlx::AssertSqlSafe(sql), values)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_fused_order_is_the_rrf_of_the_two_lists_obtained_separately() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    let classifications = vec!["public".to_owned(), "internal".to_owned()];
+    let cases = [
+        ("days of work from home and travel", 3, 60.0, 1.0, 1.0, 10),
+        ("certificate expired broker", 5, 1.0, 1.0, 0.5, 4),
+        ("max_connections pool option", 10, 2.5, 0.2, 1.0, 6),
+        ("public holidays parking January", 2, 60.0, 1.0, 0.0, 10),
+        ("laptops ordered service desk", 8, 30.0, 0.0, 3.0, 3),
+    ];
+    for (query, k, rrf_k, similarity_weight, full_text_weight, fetch_k) in cases {
+        let hybrid = search(
+            &app,
+            &pid,
+            json!({"query": query, "type": "hybrid", "classification": ["internal"],
+                   "params": {"k": k, "fetch_k": fetch_k, "rrf_k": rrf_k,
+                              "similarity_weight": similarity_weight, "full_text_weight": full_text_weight}}),
+        )
+        .await;
+        assert_eq!(hybrid.status, StatusCode::OK, "{}", hybrid.text);
+        // Candidates per list: fetch_k, never fewer than k.
+        let fetch = fetch_k.max(k);
+        // The vector list: the similarity search of the same scope (ten notes: exact).
+        let similar = search(
+            &app,
+            &pid,
+            json!({"query": query, "type": "similarity", "classification": ["internal"],
+                   "params": {"k": fetch}}),
+        )
+        .await;
+        let vector: Vec<Uuid> = similar
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| Uuid::parse_str(f["id"].as_str().unwrap()).unwrap())
+            .collect();
+        let lexical = lexical_list(&app, &pid, &classifications, query, fetch as u64).await;
+        let mut fused: HashMap<Uuid, f64> = HashMap::new();
+        for (list, weight) in [(&vector, similarity_weight), (&lexical, full_text_weight)] {
+            for (rank, id) in list.iter().enumerate() {
+                *fused.entry(*id).or_default() += weight / (rrf_k + (rank + 1) as f64);
+            }
+        }
+        let mut expected: Vec<(Uuid, f64)> = fused.into_iter().collect();
+        expected.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        expected.truncate(k);
+        let got: Vec<(Uuid, f64)> = hybrid
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    Uuid::parse_str(f["id"].as_str().unwrap()).unwrap(),
+                    f["score"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let ids = |list: &[(Uuid, f64)]| list.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        assert_eq!(ids(&got), ids(&expected), "{query}: {}", hybrid.text);
+        for ((_, got), (_, expected)) in got.iter().zip(&expected) {
+            assert!(
+                (got - expected).abs() < 1e-12,
+                "{query}: {got} vs {expected}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_filter_that_empties_one_list_is_filled_from_the_other() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    // No note of 2025 holds these words: the lexical list is empty, the vector list fills k.
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "certificate broker stalled", "type": "hybrid", "classification": "internal",
+               "params": {"k": 2}, "filters": {"year": {"$eq": 2025}}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let results = reply.body.as_array().unwrap();
+    assert_eq!(results.len(), 2, "{}", reply.text);
+    for fragment in results {
+        assert_eq!(fragment["metadata"]["year"], 2025);
+        assert_eq!(fragment["full_text_rank"], Value::Null);
+    }
+    // A threshold no vector passes: the lexical list alone.
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "E4711", "type": "hybrid", "classification": "internal",
+               "params": {"k": 3, "threshold": -1.0}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(names(&reply.body), ["certs"]);
+    assert_eq!(reply.body[0]["similarity_rank"], Value::Null);
+    assert_eq!(reply.body[0]["full_text_rank"], 1);
+}
+
+#[tokio::test]
+async fn hybrid_errors_are_those_of_the_other_kinds() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    for params in [
+        json!({"k": 3, "rrf_k": 0}),
+        json!({"k": 3, "rrf_k": -5}),
+        json!({"k": 3, "similarity_weight": 0, "full_text_weight": 0}),
+        json!({"k": 3, "similarity_weight": -1}),
+    ] {
+        let reply = search(
+            &app,
+            &pid,
+            json!({"query": "x", "type": "hybrid", "classification": "public", "params": params}),
+        )
+        .await;
+        assert_error(
+            &reply,
+            StatusCode::BAD_REQUEST,
+            "Invalid search type or parameters",
+        );
+    }
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "hybrid", "classification": {"classifications": ["nope"], "search_type": 1}}),
+    )
+    .await;
+    assert_error(&reply, StatusCode::NOT_FOUND, "Classification not found");
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "x", "type": "hybrid", "classification": "public", "params": {"k": 0}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, json!([]));
+
+    // No full-text search: 501 with the parsed parameters.
+    let no_text = app.new_pipeline_id(json!({})).await;
+    let reply = search(
+        &app,
+        &no_text,
+        json!({"query": "x", "type": "hybrid", "classification": "public", "params": {"k": 2}}),
+    )
+    .await;
+    assert_error(
+        &reply,
+        StatusCode::NOT_IMPLEMENTED,
+        "Full text search is not enabled for this pipeline",
+    );
+    assert_eq!(
+        reply.body["error"]["details"]["params"],
+        json!({"k": 2, "fetch_k": 100, "lambda_mult": 0.5, "threshold": null, "embedding": null,
+               "rrf_k": 60.0, "similarity_weight": 1.0, "full_text_weight": 1.0})
+    );
+    // No embedding model: 400 Vector embedding not found.
+    let text_only = app
+        .new_pipeline_id(json!({"embedding_model_id": null, "has_full_text_search": true}))
+        .await;
+    let reply = search(
+        &app,
+        &text_only,
+        json!({"query": "x", "type": "hybrid", "classification": "public"}),
+    )
+    .await;
+    assert_error(
+        &reply,
+        StatusCode::BAD_REQUEST,
+        "Vector embedding not found",
+    );
+    assert_eq!(
+        reply.body["error"]["details"],
+        json!({"embedding_id": null})
+    );
+}
+
+#[tokio::test]
+async fn hybrid_placeholders_retrieve_through_the_same_search() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    let prompt = json!([{"role": "system", "template": "Notes:\n{notes}"}, {"role": "user", "template": "{q}"}]);
+    let created = app
+        .post(
+            "/agents",
+            &json!({"name": "hybrid", "prompt": prompt,
+                    "placeholders": [{"name": "q", "type": "query"},
+                                     {"name": "notes", "type": "hybrid", "target": "q", "params": {"k": 2, "rrf_k": 10}}]}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(
+        created.body["placeholders"][1]["params"],
+        json!({"k": 2, "fetch_k": 100, "lambda_mult": 0.5, "threshold": null, "embedding": null,
+               "rrf_k": 10.0, "similarity_weight": 1.0, "full_text_weight": 1.0})
+    );
+    let agent = created.body["id"].as_str().unwrap();
+    let dry_run = app
+        .master(reqwest::Method::POST, &format!("/agents/{agent}/search"))
+        .header("x-pipeline-id", &pid)
+        .json(&json!({"variables": {"q": "error E4711 certificate"}, "classification": "internal"}))
+        .send()
+        .await
+        .unwrap();
+    let status = dry_run.status();
+    let body: Value = dry_run.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let text = body.to_string();
+    assert!(text.contains("E4711"), "{text}");
+    assert!(text.contains("full_text_rank"), "{text}");
+
+    let invalid = app
+        .post(
+            "/agents",
+            &json!({"name": "bad", "prompt": prompt,
+                    "placeholders": [{"name": "q", "type": "query"},
+                                     {"name": "notes", "type": "hybrid", "target": "q", "params": {"k": 2, "rrf_k": 0}}]}),
+        )
+        .await;
+    assert_error(
+        &invalid,
+        StatusCode::BAD_REQUEST,
+        "Invalid placeholder of type hybrid",
+    );
+}
+
+#[tokio::test]
+async fn the_document_describes_the_extension_when_it_is_on() {
+    let app = hybrid_app("hybrid").await;
+    let document: Value = app.get("/openapi.json").await.body;
+    for schema in ["SearchParams", "PlaceholderParams"] {
+        let path = format!("/components/schemas/{schema}/properties/full_text_weight");
+        let property = document
+            .pointer(&path)
+            .unwrap_or_else(|| panic!("no {path}"));
+        assert!(
+            property["description"]
+                .as_str()
+                .unwrap()
+                .contains("Extension `hybrid`")
+        );
+    }
+    let page = app.get("/docs").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.text.contains("similarity_weight"),
+        "the reference embeds the document"
+    );
+}
