@@ -135,6 +135,9 @@ pub struct Config {
     pub index_defer_rows: u64,
     /// The extensions of the interface switched on (`TROVE_EXTENSIONS`).
     pub extensions: Extensions,
+    /// How long a search waits for its reranker before answering in the order it had
+    /// (`TROVE_RERANK_TIMEOUT`, extension `hybrid`).
+    pub rerank_timeout: Duration,
 }
 
 /// An extension of the interface that changes one of its answers: off unless a deployment
@@ -309,6 +312,7 @@ impl Config {
         let llm_connect_timeout = seconds(&get, "TROVE_LLM_CONNECT_TIMEOUT", 10.0)?;
         let (ack_wait, republish_after) = queue_timings_from(&get)?;
         let llm_read_timeout = seconds(&get, "TROVE_LLM_READ_TIMEOUT", 120.0)?;
+        let rerank_timeout = seconds(&get, "TROVE_RERANK_TIMEOUT", 3.0)?;
         let log_format = match get("TROVE_LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -351,6 +355,7 @@ impl Config {
                 }
                 None => Extensions::NONE,
             },
+            rerank_timeout,
         })
     }
 }

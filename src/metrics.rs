@@ -28,6 +28,10 @@ pub struct ApiMetrics {
     /// search, confirmed current inside their statement (`auth::search_memory`):
     /// `trove_searches_remembered_total`.
     pub searches_remembered: Counter,
+    /// Searches whose reranker failed and that came back in their order before reranking,
+    /// by reason (`timeout`, `connection`, `status`, `malformed`):
+    /// `trove_rerank_failures_total` (extension `hybrid`).
+    pub rerank_failures: CounterVec,
 }
 
 impl ApiMetrics {
@@ -69,6 +73,13 @@ impl ApiMetrics {
             "trove_searches_remembered_total",
             "searches answered on a remembered key check and context, confirmed by their statement",
         );
+        let rerank_failures = CounterVec::new(
+            Opts::new(
+                "trove_rerank_failures_total",
+                "searches answered in their order before reranking because the reranker failed",
+            ),
+            &["reason"],
+        );
         // Constructors only fail on invalid names, and these names are valid literals.
         let (
             Ok(requests_total),
@@ -77,6 +88,7 @@ impl ApiMetrics {
             Ok(document_queue_added),
             Ok(key_check_unavailable),
             Ok(searches_remembered),
+            Ok(rerank_failures),
         ) = (
             requests_total,
             requests_duration,
@@ -84,6 +96,7 @@ impl ApiMetrics {
             document_queue_added,
             key_check_unavailable,
             searches_remembered,
+            rerank_failures,
         )
         else {
             unreachable!("metric names are valid literals")
@@ -95,6 +108,7 @@ impl ApiMetrics {
             Box::new(document_queue_added.clone()),
             Box::new(key_check_unavailable.clone()),
             Box::new(searches_remembered.clone()),
+            Box::new(rerank_failures.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::error!(%error, "metric registration failed");
@@ -108,6 +122,7 @@ impl ApiMetrics {
             document_queue_added,
             key_check_unavailable,
             searches_remembered,
+            rerank_failures,
         }
     }
 

@@ -33,7 +33,8 @@ use crate::metadata_schema::is_identifier;
 use crate::names::MAX_NAME_CHARS;
 pub use crate::retrieval::kinds::SearchKind;
 use crate::retrieval::kinds::{
-    DEFAULT_LAMBDA_MULT, EffectiveParams, FusionParams, Listed, PlaceholderTypes, SearchParams,
+    DEFAULT_LAMBDA_MULT, EffectiveParams, FusionParams, Listed, MAX_RERANK_CANDIDATES,
+    PlaceholderTypes, SearchParams,
 };
 
 /// The most characters a placeholder name may have.
@@ -112,6 +113,12 @@ pub struct RetrievalParams {
     /// How a `hybrid` placeholder fuses its lists (`None` for the other types).
     #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
     pub fusion: Option<Fusion>,
+    /// The reranker of a `similarity` or `hybrid` placeholder, if any (extension `hybrid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<Uuid>,
+    /// How many of the first results its reranker sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank_candidates: Option<u16>,
 }
 
 /// [`FusionParams`] as stored and shown with a `hybrid` placeholder's parameters.
@@ -175,6 +182,8 @@ impl RetrievalParams {
                 similarity_weight: fusion.similarity_weight,
                 full_text_weight: fusion.full_text_weight,
             }),
+            rerank: effective.rerank.map(|r| r.llm),
+            rerank_candidates: effective.rerank.map(|r| r.candidates),
         }
     }
 
@@ -190,14 +199,19 @@ impl RetrievalParams {
             rrf_k: self.fusion.map(|f| f.rrf_k),
             similarity_weight: self.fusion.map(|f| f.similarity_weight),
             full_text_weight: self.fusion.map(|f| f.full_text_weight),
+            rerank: self.rerank,
+            rerank_candidates: self.rerank_candidates,
         }
     }
 
     /// Whether the parameters can drive a search: at least one fragment, at least as many
-    /// candidates as fragments, `lambda_mult` within 0..=1 (NaN is outside), and fusion
-    /// parameters, if any, that [`FusionParams::is_valid`] accepts.
+    /// candidates as fragments, `lambda_mult` within 0..=1 (NaN is outside), fusion
+    /// parameters, if any, that [`FusionParams::is_valid`] accepts, and 1 to 1,000 rerank
+    /// candidates.
     pub fn is_valid(&self) -> bool {
-        self.k >= 1
+        self.rerank_candidates
+            .is_none_or(|c| (1..=MAX_RERANK_CANDIDATES).contains(&c))
+            && self.k >= 1
             && self.fetch_k >= self.k
             && (0.0..=1.0).contains(&self.lambda_mult)
             && self.fusion.is_none_or(|f| {
@@ -748,6 +762,8 @@ mod tests {
                 threshold: None,
                 embedding: None,
                 fusion: None,
+                rerank: None,
+                rerank_candidates: None,
             }
         );
     }
@@ -764,6 +780,8 @@ mod tests {
                 threshold: Some(0.2),
                 embedding: None,
                 fusion: None,
+                rerank: None,
+                rerank_candidates: None,
             }
         );
         let parsed: Result<RetrievalParams, _> = serde_json::from_value(json!({"threshold": 0.2}));

@@ -77,6 +77,12 @@ pub struct PlaceholderParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[oai(skip)]
     full_text_weight: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[oai(skip)]
+    rerank: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[oai(skip)]
+    rerank_candidates: Option<u16>,
 }
 
 /// A named placeholder.
@@ -122,6 +128,8 @@ impl From<AgentPlaceholder> for Placeholder {
                 rrf_k: p.rrf_k,
                 similarity_weight: p.similarity_weight,
                 full_text_weight: p.full_text_weight,
+                rerank: p.rerank,
+                rerank_candidates: p.rerank_candidates,
             };
             RetrievalParams::of(kind, Some(&sent))
         });

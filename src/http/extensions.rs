@@ -100,9 +100,32 @@ fn describe_hybrid(document: &mut Value) {
             }),
         ),
     ];
+    let rerank = [
+        (
+            "rerank",
+            json!({
+                "type": "string",
+                "format": "uuid",
+                "description": "Extension `hybrid`, similarity and hybrid: the id of an LLM \
+                                registered with the provider `cohere` or `tei` that reorders the \
+                                first results; `score` becomes its relevance (higher is better).",
+            }),
+        ),
+        (
+            "rerank_candidates",
+            json!({
+                "type": "integer",
+                "format": "uint16",
+                "minimum": 1,
+                "maximum": 1000,
+                "description": "Extension `hybrid`: how many of the first results go to the \
+                                reranker; default 50.",
+            }),
+        ),
+    ];
     for schema in ["SearchParams", "PlaceholderParams"] {
         if let Some(properties) = properties(document, schema) {
-            for (name, property) in &fusion {
+            for (name, property) in fusion.iter().chain(&rerank) {
                 properties.insert((*name).to_owned(), property.clone());
             }
             if let Some(Value::Object(fetch_k)) = properties.get_mut("fetch_k") {
@@ -139,6 +162,31 @@ fn describe_hybrid(document: &mut Value) {
          of fragments holding any word of the query by reciprocal rank (score: higher is \
          better); it needs an embedding model and full-text search.",
     );
+    if let Some(Value::Array(providers)) =
+        document.pointer_mut("/components/schemas/LlmProviderName/enum")
+    {
+        providers.extend([json!("cohere"), json!("tei")]);
+    }
+    describe_schema(
+        document,
+        "LlmProviderName",
+        "With the extension `hybrid`: `cohere` (`POST <endpoint>/rerank` with `{model, query, \
+         documents, top_n}`; `model` required) and `tei` (text-embeddings-inference) register \
+         rerankers, which searches name in `params.rerank` and chats refuse.",
+    );
+    if let Some(Value::Object(ok)) =
+        document.pointer_mut("/paths/~1pipelines~1{pipeline_id}~1search/post/responses/200")
+    {
+        ok.insert(
+            "headers".to_owned(),
+            json!({"x-trove-rerank": {
+                "description": "Extension `hybrid`: `skipped` when the search's reranker failed \
+                                (timeout, refused connection, non-2xx answer, malformed body) and \
+                                the results keep their order before reranking.",
+                "schema": {"type": "string"},
+            }}),
+        );
+    }
     describe_schema(
         document,
         "PlaceholderTypeName",

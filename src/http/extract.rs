@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::auth::AuthContext;
 use crate::auth::key_check::authenticate;
+use crate::config::Extensions;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -272,6 +273,27 @@ pub fn is_json_content_type(content_type: &str) -> bool {
     })
 }
 
+thread_local! {
+    static PARSING_WITH: std::cell::Cell<Extensions> = const {
+        std::cell::Cell::new(Extensions::NONE)
+    };
+}
+
+/// The extensions of the deployment whose request body this thread is parsing (see
+/// [`read_json`]): a field whose accepted values an extension widens reads it.
+pub fn parsing_extensions() -> Extensions {
+    PARSING_WITH.get()
+}
+
+/// Runs `parse` (synchronous: a body's deserialization) with [`parsing_extensions`] saying
+/// `extensions`.
+fn parsing_with<T>(extensions: Extensions, parse: impl FnOnce() -> T) -> T {
+    PARSING_WITH.set(extensions);
+    let value = parse();
+    PARSING_WITH.set(Extensions::NONE);
+    value
+}
+
 /// Reads a JSON body under the REST limits and parses it, without the JSON reader's
 /// recursion limit when `unbounded` (bodies holding filters, see [`FilterBody`]).
 pub async fn read_json<T: DeserializeOwned>(
@@ -303,11 +325,14 @@ pub async fn read_json<T: DeserializeOwned>(
                 message: format!("Failed to buffer the request body: {other}"),
             },
         })?;
-    let value = if unbounded {
-        parse_json_unbounded(&bytes)?
-    } else {
-        parse_json(&bytes)?
-    };
+    let extensions = state(request).map_or(Extensions::NONE, |s| s.config.extensions);
+    let value = parsing_with(extensions, || {
+        if unbounded {
+            parse_json_unbounded(&bytes)
+        } else {
+            parse_json(&bytes)
+        }
+    })?;
     if refuse_nul && let Some(field) = nul_field(&bytes) {
         return Err(ApiError::InvalidParameter(format!(
             "{field} contains the NUL character (U+0000)"

@@ -1,5 +1,5 @@
 //! The OpenAPI schema of a value chosen from a [`Listing`] (search kinds, placeholder types,
-//! distance strategies): a named string enum whose values are the listing's names, in its
+//! distance strategies, providers): a named string enum whose values are the listing's names, in its
 //! order. The values are declared once, in `retrieval::kinds`; this module only names the
 //! schema and describes it.
 
@@ -9,6 +9,7 @@ use poem_openapi::registry::{MetaSchema, MetaSchemaRef, Registry};
 use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
 use serde_json::Value;
 
+use crate::providers::rerank::{ChatModelServers, EveryModelServer};
 use crate::retrieval::kinds::{
     DistanceStrategies, Listed, Listing, Named, PlaceholderTypes, SearchTypes,
 };
@@ -29,6 +30,16 @@ impl ListingSchema for SearchTypes {
 impl ListingSchema for PlaceholderTypes {
     const SCHEMA: &'static str = "PlaceholderTypeName";
     const DESCRIPTION: &'static str = "Types of placeholders.";
+}
+
+impl ListingSchema for ChatModelServers {
+    const SCHEMA: &'static str = "LlmProviderName";
+    const DESCRIPTION: &'static str = "Kinds of model server.";
+}
+
+impl ListingSchema for EveryModelServer {
+    const SCHEMA: &'static str = "LlmProviderName";
+    const DESCRIPTION: &'static str = "Kinds of model server.";
 }
 
 impl ListingSchema for DistanceStrategies {

@@ -16,27 +16,65 @@ use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Json, List, NoContent};
 use super::schemas::Llm;
 use super::streaming::{Answer, StreamMode};
+use crate::config::Extension;
 use crate::error::ApiError;
-use crate::providers::llm::LlmProvider;
+use crate::names::{Listed, Named};
+use crate::providers::rerank::{ChatModelServers, EveryModelServer, ModelServer};
 use crate::service::llms::{self as service, LlmChange, NewLlm};
 
-/// Kinds of model server.
-#[derive(Debug, Clone, Copy, Deserialize, poem_openapi::Enum)]
-#[serde(rename_all = "lowercase")]
-#[oai(rename_all = "lowercase")]
-pub enum LlmProviderName {
-    /// Any OpenAI-compatible chat-completions server (`<endpoint>/chat/completions`).
-    Openai,
-    /// An Ollama server (`<endpoint>/api/chat`).
-    Ollama,
+/// The provider of a registration: a chat model server, or with the extension `hybrid` a
+/// reranker. Parsed within the providers the deployment accepts (see
+/// [`extract::parsing_extensions`]), so that an unknown one is refused with the names of those.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderName(ModelServer);
+
+impl<'de> Deserialize<'de> for ProviderName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if extract::parsing_extensions().has(Extension::Hybrid) {
+            Listed::<EveryModelServer>::deserialize(deserializer).map(|p| Self(p.0))
+        } else {
+            Listed::<ChatModelServers>::deserialize(deserializer).map(|p| Self(p.0))
+        }
+    }
 }
 
-impl From<LlmProviderName> for LlmProvider {
-    fn from(name: LlmProviderName) -> Self {
-        match name {
-            LlmProviderName::Openai => Self::OpenAi,
-            LlmProviderName::Ollama => Self::Ollama,
-        }
+impl poem_openapi::types::Type for ProviderName {
+    const IS_REQUIRED: bool = true;
+    type RawValueType = Self;
+    type RawElementValueType = Self;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        <Listed<ChatModelServers> as poem_openapi::types::Type>::name()
+    }
+
+    fn schema_ref() -> poem_openapi::registry::MetaSchemaRef {
+        <Listed<ChatModelServers> as poem_openapi::types::Type>::schema_ref()
+    }
+
+    fn register(registry: &mut poem_openapi::registry::Registry) {
+        <Listed<ChatModelServers> as poem_openapi::types::Type>::register(registry);
+    }
+
+    fn as_raw_value(&self) -> Option<&Self> {
+        Some(self)
+    }
+
+    fn raw_element_iter<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Self> + 'a> {
+        Box::new(self.as_raw_value().into_iter())
+    }
+}
+
+impl poem_openapi::types::ParseFromJSON for ProviderName {
+    fn parse_from_json(value: Option<Value>) -> poem_openapi::types::ParseResult<Self> {
+        <Listed<EveryModelServer> as poem_openapi::types::ParseFromJSON>::parse_from_json(value)
+            .map(|p| Self(p.0))
+            .map_err(poem_openapi::types::ParseError::propagate)
+    }
+}
+
+impl poem_openapi::types::ToJSON for ProviderName {
+    fn to_json(&self) -> Option<Value> {
+        Some(Value::from(self.0.name()))
     }
 }
 
@@ -47,7 +85,7 @@ pub struct CreateLlmBody {
     name: String,
     #[serde(default)]
     description: Option<String>,
-    provider: LlmProviderName,
+    provider: ProviderName,
     /// Absolute `http`/`https` base URL; a trailing `/` is dropped. `openai`: includes `/v1`;
     /// `ollama`: the server root.
     endpoint: String,
@@ -134,7 +172,7 @@ impl LlmsApi {
         let input = NewLlm {
             name: body.name,
             description: body.description,
-            provider: body.provider.into(),
+            provider: body.provider.0,
             endpoint: body.endpoint,
             model: body.model,
             api_key: body.api_key,

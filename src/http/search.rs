@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use poem::{Request, RequestBody};
+use poem::http::HeaderValue;
+use poem::{IntoResponse, Request, RequestBody, Response};
+use poem_openapi::ApiResponse;
+use poem_openapi::registry::MetaResponses;
 use poem_openapi::registry::Registry;
 use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Object, OpenApi};
 use serde::Deserialize;
@@ -10,11 +13,11 @@ use serde::Deserialize;
 use super::ApiTags;
 use super::documents::Fragments;
 use super::extract::{self, Auth, state};
-use super::respond::{Described, Json};
+use super::respond::Json;
 use crate::auth::key_check;
 use crate::auth::search_memory::Remembered;
 use crate::retrieval::kinds::{DistanceStrategies, Listed, SearchTypes};
-use crate::service::search::{self as service, SearchInput, SearchParams};
+use crate::service::search::{self as service, SearchInput, SearchParams, Searched};
 
 /// Search parameters. Omitted: k 5, fetch_k 10. Present: omitted k and fetch_k are 0.
 #[derive(Debug, Clone, Default, Deserialize, Object)]
@@ -45,6 +48,12 @@ pub struct SearchParamsBody {
     #[serde(default)]
     #[oai(skip)]
     full_text_weight: Option<f64>,
+    #[serde(default)]
+    #[oai(skip)]
+    rerank: Option<uuid::Uuid>,
+    #[serde(default)]
+    #[oai(skip)]
+    rerank_candidates: Option<u16>,
 }
 
 impl From<SearchParamsBody> for SearchParams {
@@ -58,6 +67,8 @@ impl From<SearchParamsBody> for SearchParams {
             rrf_k: body.rrf_k,
             similarity_weight: body.similarity_weight,
             full_text_weight: body.full_text_weight,
+            rerank: body.rerank,
+            rerank_candidates: body.rerank_candidates,
         }
     }
 }
@@ -139,6 +150,36 @@ impl<'a> ApiExtractor<'a> for SearchAuth {
 #[derive(Default)]
 pub struct SearchApi;
 
+/// 200 with the fragments found, and `x-trove-rerank: skipped` when the search's reranker
+/// failed (extension `hybrid`).
+pub struct SearchResults(Searched);
+
+/// The header of a search whose reranker failed.
+const RERANK_HEADER: &str = "x-trove-rerank";
+
+impl IntoResponse for SearchResults {
+    fn into_response(self) -> Response {
+        let skipped = self.0.rerank_skipped;
+        let mut response = Json(Fragments::new(self.0.results)).into_response();
+        if skipped {
+            response
+                .headers_mut()
+                .insert(RERANK_HEADER, HeaderValue::from_static("skipped"));
+        }
+        response
+    }
+}
+
+impl ApiResponse for SearchResults {
+    fn meta() -> MetaResponses {
+        <Json<Fragments> as ApiResponse>::meta()
+    }
+
+    fn register(registry: &mut Registry) {
+        <Json<Fragments> as ApiResponse>::register(registry);
+    }
+}
+
 #[OpenApi(tag = "ApiTags::Search")]
 impl SearchApi {
     /// Search a pipeline
@@ -152,7 +193,7 @@ impl SearchApi {
         pipeline_id: extract::Path,
         req: &Request,
         body: extract::FilterBody<SearchBody>,
-    ) -> poem::Result<Json<Fragments>> {
+    ) -> poem::Result<SearchResults> {
         let state = state(req)?;
         let body = body.0;
         let input = SearchInput {
@@ -168,8 +209,8 @@ impl SearchApi {
             SearchAuth::Remembered(remembered) => {
                 let answered =
                     service::run_remembered(state, &remembered, pipeline_id.0, &input).await;
-                if let Some(hits) = answered {
-                    return Ok(Json(Described::new(hits)));
+                if let Some(searched) = answered {
+                    return Ok(SearchResults(searched));
                 }
                 let credentials = key_check::credentials(req.headers())?;
                 let (auth, context) = service::check(state, &credentials, pipeline_id.0).await?;
@@ -177,7 +218,8 @@ impl SearchApi {
             }
         };
         let context = context.filter(|c| c.pipeline_id() == pipeline_id.0);
-        let hits = service::run_with(state, &auth, pipeline_id.0, &input, None, context).await?;
-        Ok(Json(Described::new(hits)))
+        let searched =
+            service::run_with(state, &auth, pipeline_id.0, &input, None, context).await?;
+        Ok(SearchResults(searched))
     }
 }

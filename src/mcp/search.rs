@@ -104,6 +104,7 @@ pub async fn run(
         Some(Prefetched::read(pipeline_id, context)),
     )
     .await
+    .map(|searched| searched.results)
     .map_err(|error| search_error(&error, params_kind, &params))
 }
 

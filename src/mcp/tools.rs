@@ -492,6 +492,8 @@ impl SearchToolParams {
             rrf_k: self.rrf_k,
             similarity_weight: self.similarity_weight,
             full_text_weight: self.full_text_weight,
+            rerank: None,
+            rerank_candidates: None,
         }
     }
 }

@@ -284,6 +284,11 @@ impl LlmClient {
         })
     }
 
+    /// The HTTP client, for the other calls to model servers (rerankers).
+    pub(super) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// Sends a chat and waits for the head of the answer.
     ///
     /// A connection failure, a timeout before the head or a non-2xx head is an `Err`; a 2xx

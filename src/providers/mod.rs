@@ -7,5 +7,6 @@ pub mod local_embedding;
 pub mod ollama_chat;
 pub mod openai_chat;
 pub mod openai_embedding;
+pub mod rerank;
 pub mod sidecar_client;
 pub mod splitting;

@@ -8,29 +8,13 @@
 //! and its properties, and each listing decides whether it shows it.
 
 use std::fmt;
-use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, EnumAccess, VariantAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::config::{Extension, Extensions};
-
-/// A value with a name on the wire.
-pub trait Named: Copy + PartialEq + Send + Sync + 'static {
-    /// The name on the wire.
-    fn name(self) -> &'static str;
-}
-
-/// An ordered list of the values a surface accepts, with their names in the same order.
-pub trait Listing: Send + Sync + 'static {
-    type Item: Named;
-    /// The values, in the surface's order.
-    const ITEMS: &'static [Self::Item];
-    /// Their names, in the same order.
-    const NAMES: &'static [&'static str];
-}
+pub use crate::names::{Listed, Listing, Named};
 
 /// The names of `kinds`, in order: the `NAMES` of a listing of search kinds.
 const fn kind_names<const N: usize>(kinds: [SearchKind; N]) -> [&'static str; N] {
@@ -41,89 +25,6 @@ const fn kind_names<const N: usize>(kinds: [SearchKind; N]) -> [&'static str; N]
         at += 1;
     }
     names
-}
-
-/// A value of the listing `L`, parsed from its name as serde's derive would parse a unit
-/// variant: an unknown name is refused with `unknown variant `x`, expected one of ...` in the
-/// listing's order.
-pub struct Listed<L: Listing>(pub L::Item, PhantomData<L>);
-
-impl<L: Listing> Listed<L> {
-    pub fn new(item: L::Item) -> Self {
-        Self(item, PhantomData)
-    }
-}
-
-impl<L: Listing> Clone for Listed<L> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<L: Listing> Copy for Listed<L> {}
-
-impl<L: Listing> fmt::Debug for Listed<L> {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.0.name())
-    }
-}
-
-impl<L: Listing> Serialize for Listed<L> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.0.name())
-    }
-}
-
-impl<'de, L: Listing> Deserialize<'de> for Listed<L> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct NameVisitor<L>(PhantomData<L>);
-
-        impl<'de, L: Listing> Visitor<'de> for NameVisitor<L> {
-            type Value = L::Item;
-
-            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-                formatter.write_str("variant identifier")
-            }
-
-            fn visit_str<E: de::Error>(self, name: &str) -> Result<L::Item, E> {
-                L::ITEMS
-                    .iter()
-                    .copied()
-                    .find(|item| item.name() == name)
-                    .ok_or_else(|| E::unknown_variant(name, L::NAMES))
-            }
-        }
-
-        struct ListingVisitor<L>(PhantomData<L>);
-
-        impl<'de, L: Listing> Visitor<'de> for ListingVisitor<L> {
-            type Value = L::Item;
-
-            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-                formatter.write_str("a unit variant")
-            }
-
-            fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<L::Item, A::Error> {
-                struct Seed<L>(PhantomData<L>);
-                impl<'de, L: Listing> de::DeserializeSeed<'de> for Seed<L> {
-                    type Value = L::Item;
-                    fn deserialize<D: Deserializer<'de>>(
-                        self,
-                        deserializer: D,
-                    ) -> Result<L::Item, D::Error> {
-                        deserializer.deserialize_identifier(NameVisitor::<L>(PhantomData))
-                    }
-                }
-                let (item, variant) = data.variant_seed(Seed::<L>(PhantomData))?;
-                variant.unit_variant()?;
-                Ok(item)
-            }
-        }
-
-        deserializer
-            .deserialize_enum("", L::NAMES, ListingVisitor::<L>(PhantomData))
-            .map(Self::new)
-    }
 }
 
 /// The kinds of search a request, a placeholder or a tool call can name.
@@ -328,6 +229,10 @@ pub const DEFAULT_LAMBDA_MULT: f64 = 0.5;
 pub const DEFAULT_HYBRID_FETCH_K: u16 = 100;
 /// Reciprocal rank fusion's constant whenever `rrf_k` is omitted.
 pub const DEFAULT_RRF_K: f64 = 60.0;
+/// How many of the first results go to the reranker whenever `rerank_candidates` is omitted.
+pub const DEFAULT_RERANK_CANDIDATES: u16 = 50;
+/// The most results a search sends to its reranker.
+pub const MAX_RERANK_CANDIDATES: u16 = 1000;
 
 /// `params` as sent (every field optional), by REST, MCP and agent placeholders alike.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -356,6 +261,12 @@ pub struct SearchParams {
     /// Hybrid: the weight of the lexical list (≥ 0).
     #[serde(default)]
     pub full_text_weight: Option<f64>,
+    /// Similarity and hybrid: the LLM id of a reranker to reorder the first results.
+    #[serde(default)]
+    pub rerank: Option<Uuid>,
+    /// How many of the first results go to the reranker (1..=1000).
+    #[serde(default)]
+    pub rerank_candidates: Option<u16>,
 }
 
 /// How a hybrid search fuses its lists: score = Σ weight / (`rrf_k` + rank).
@@ -399,6 +310,22 @@ pub struct EffectiveParams {
     pub embedding: Option<Uuid>,
     /// Hybrid searches only.
     pub fusion: FusionParams,
+    /// The reranker and how many of the first results it reorders (similarity and hybrid).
+    pub rerank: Option<Rerank>,
+}
+
+/// A search's reranking: the reranker (an LLM id) and how many first results it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rerank {
+    pub llm: Uuid,
+    pub candidates: u16,
+}
+
+impl Rerank {
+    /// Between 1 and [`MAX_RERANK_CANDIDATES`] candidates.
+    pub fn is_valid(&self) -> bool {
+        (1..=MAX_RERANK_CANDIDATES).contains(&self.candidates)
+    }
 }
 
 impl Default for EffectiveParams {
@@ -411,6 +338,7 @@ impl Default for EffectiveParams {
             threshold: None,
             embedding: None,
             fusion: FusionParams::default(),
+            rerank: None,
         }
     }
 }
@@ -431,6 +359,10 @@ impl EffectiveParams {
                     similarity_weight: p.similarity_weight.unwrap_or(1.0),
                     full_text_weight: p.full_text_weight.unwrap_or(1.0),
                 },
+                rerank: p.rerank.map(|llm| Rerank {
+                    llm,
+                    candidates: p.rerank_candidates.unwrap_or(DEFAULT_RERANK_CANDIDATES),
+                }),
             },
         };
         if kind == SearchKind::Hybrid && params.and_then(|p| p.fetch_k).is_none() {
@@ -450,6 +382,17 @@ impl EffectiveParams {
             rrf_k: Some(self.fusion.rrf_k),
             similarity_weight: Some(self.fusion.similarity_weight),
             full_text_weight: Some(self.fusion.full_text_weight),
+            rerank: self.rerank.map(|r| r.llm),
+            rerank_candidates: self.rerank.map(|r| r.candidates),
+        }
+    }
+
+    /// The results a statement returns before reranking: at least `k`, and the reranker's
+    /// candidates when the search reranks.
+    pub fn before_reranking(&self, rerank: bool) -> u16 {
+        match self.rerank {
+            Some(r) if rerank => self.k.max(r.candidates),
+            _ => self.k,
         }
     }
 

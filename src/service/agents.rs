@@ -355,7 +355,7 @@ async fn retrieve(
             )
             .await
             .map_err(agent_search_error)?;
-            Ok((placeholder.name.clone(), hits))
+            Ok((placeholder.name.clone(), hits.results))
         }
     });
     join_all(searches).await.into_iter().collect()

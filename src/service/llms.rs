@@ -15,9 +15,11 @@ use crate::auth::AuthContext;
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
 use crate::error::{ApiError, ApiResult};
+use crate::names::Named;
 use crate::providers::llm::{
     ChatMessage, ChatStream, LlmProvider, LlmTarget, passthrough_parameters,
 };
+use crate::providers::rerank::{ModelServer, RerankProvider, RerankTarget};
 use crate::state::AppState;
 use crate::store::Pool;
 use crate::store::listing;
@@ -78,7 +80,7 @@ const KEY_REQUIRED: &str = "API key is required for OpenAI provider";
 pub struct NewLlm {
     pub name: String,
     pub description: Option<String>,
-    pub provider: LlmProvider,
+    pub provider: ModelServer,
     pub endpoint: String,
     pub model: Option<String>,
     pub api_key: Option<String>,
@@ -135,26 +137,32 @@ pub fn normalized_endpoint(endpoint: &str) -> ApiResult<String> {
 /// Validates the fields every create and change writes, in the order of the checks: name,
 /// endpoint, model (required for `ollama`).
 fn validated(
-    provider: LlmProvider,
+    provider: ModelServer,
     name: &str,
     endpoint: &str,
     model: Option<&str>,
 ) -> ApiResult<String> {
     validate_name(name)?;
     let endpoint = normalized_endpoint(endpoint)?;
-    if provider == LlmProvider::Ollama && model.is_none_or(str::is_empty) {
-        return Err(invalid("Model is required for Ollama provider"));
+    let needs_model = match provider {
+        ModelServer::Chat(LlmProvider::Ollama) => Some("Ollama"),
+        ModelServer::Reranker(RerankProvider::Cohere) => Some("Cohere"),
+        ModelServer::Chat(LlmProvider::OpenAi) | ModelServer::Reranker(RerankProvider::Tei) => None,
+    };
+    if let Some(provider) = needs_model
+        && model.is_none_or(str::is_empty)
+    {
+        return Err(invalid(format!(
+            "Model is required for {provider} provider"
+        )));
     }
     Ok(endpoint)
 }
 
 /// The provider of a stored LLM.
-fn provider_of(row: &LlmRow) -> ApiResult<LlmProvider> {
-    match row.provider.as_str() {
-        "openai" => Ok(LlmProvider::OpenAi),
-        "ollama" => Ok(LlmProvider::Ollama),
-        other => Err(ApiError::Internal(format!("unknown llm provider: {other}"))),
-    }
+fn provider_of(row: &LlmRow) -> ApiResult<ModelServer> {
+    ModelServer::parse(&row.provider)
+        .ok_or_else(|| ApiError::Internal(format!("unknown llm provider: {}", row.provider)))
 }
 
 /// Reads an LLM the caller can read; missing or unreadable are both `LLM not found`.
@@ -195,7 +203,7 @@ pub async fn create(state: &AppState, auth: &AuthContext, input: NewLlm) -> ApiR
         parameters: &parameters,
         api_key: api_key.as_deref(),
     };
-    Ok(store::insert(pool, Uuid::new_v4(), input.provider.as_str(), &fields).await?)
+    Ok(store::insert(pool, Uuid::new_v4(), input.provider.name(), &fields).await?)
 }
 
 /// Changes an LLM; the merged object is validated as at create. An invalid change leaves it
@@ -315,21 +323,80 @@ pub async fn usable(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<Stor
     Ok(stored)
 }
 
-/// The key check of a stored LLM, for a caller whose permissions were checked already.
-pub fn ready(cipher: &Cipher, stored: StoredLlm) -> ApiResult<ReadyLlm> {
-    let provider = provider_of(&stored.row)?;
-    let api_key = match &stored.api_key {
-        Some(encrypted) => Some(
+/// The stored key of an LLM, decrypted.
+fn decrypted_key(cipher: &Cipher, stored: &StoredLlm) -> ApiResult<Option<String>> {
+    stored
+        .api_key
+        .as_ref()
+        .map(|encrypted| {
             cipher
                 .decrypt_text(encrypted)
-                .map_err(|_| ApiError::Decryption)?,
-        ),
-        None => None,
+                .map_err(|_| ApiError::Decryption)
+        })
+        .transpose()
+}
+
+/// The key check of a stored chat LLM, for a caller whose permissions were checked already: a
+/// reranker is 400 `Invalid parameter` (`LLM <id> is a reranker`).
+pub fn ready(cipher: &Cipher, stored: StoredLlm) -> ApiResult<ReadyLlm> {
+    let provider = match provider_of(&stored.row)? {
+        ModelServer::Chat(provider) => provider,
+        ModelServer::Reranker(_) => {
+            return Err(invalid(format!("LLM {} is a reranker", stored.row.id)));
+        }
     };
+    let api_key = decrypted_key(cipher, &stored)?;
     if provider == LlmProvider::OpenAi && api_key.as_deref().is_none_or(str::is_empty) {
         return Err(invalid(KEY_REQUIRED));
     }
     Ok(ReadyLlm {
+        stored,
+        provider,
+        api_key,
+    })
+}
+
+/// A registered reranker the caller may use, ready to be called.
+pub struct ReadyReranker {
+    pub stored: StoredLlm,
+    pub provider: RerankProvider,
+    api_key: Option<String>,
+}
+
+impl ReadyReranker {
+    /// Where and how to call it.
+    pub fn target(&self) -> RerankTarget<'_> {
+        RerankTarget {
+            provider: self.provider,
+            endpoint: &self.stored.row.endpoint,
+            model: self.stored.row.model.as_deref(),
+            api_key: self.api_key.as_deref(),
+        }
+    }
+}
+
+/// Reads the reranker `id` names for a search: R|X on it (else 404 `LLM not found`), and a
+/// reranker (a chat LLM is 400 `Invalid parameter`, `LLM <id> is not a reranker`).
+pub async fn reranker(
+    pool: &Pool,
+    cipher: &Cipher,
+    auth: &AuthContext,
+    id: Uuid,
+) -> ApiResult<ReadyReranker> {
+    if !auth
+        .object_level(ObjectType::Llms, id)
+        .contains(AccessLevel::READ.union(AccessLevel::EXECUTE))
+    {
+        return Err(not_found(id));
+    }
+    let stored = store::get_stored(pool, id)
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let ModelServer::Reranker(provider) = provider_of(&stored.row)? else {
+        return Err(invalid(format!("LLM {id} is not a reranker")));
+    };
+    let api_key = decrypted_key(cipher, &stored)?;
+    Ok(ReadyReranker {
         stored,
         provider,
         api_key,

@@ -8,7 +8,7 @@ use crate::access::{AccessLevel, ObjectType};
 use crate::auth::AuthContext;
 use crate::auth::key_check::{self, Credentials};
 use crate::auth::search_memory::Remembered;
-use crate::config::Extensions;
+use crate::config::{Extension, Extensions};
 use crate::error::{ApiError, ApiResult};
 use crate::providers::embedding::ProviderKind;
 use crate::retrieval::cost;
@@ -16,6 +16,7 @@ pub use crate::retrieval::kinds::{DistanceStrategy, EffectiveParams, SearchKind,
 use crate::retrieval::search::{
     self, Gate, Hit, HybridHit, HybridQuery, NearestPath, Scope, VectorQuery,
 };
+use crate::service::llms::ReadyReranker;
 use crate::state::AppState;
 use crate::store::api_keys::KeyRead;
 use crate::store::pipelines::{PipelineRow, SearchContext};
@@ -214,7 +215,7 @@ pub async fn run_remembered(
     remembered: &Remembered,
     pipeline_id: Uuid,
     input: &SearchInput,
-) -> Option<Vec<Value>> {
+) -> Option<Searched> {
     let context = &remembered.context;
     if !input.kind.embeds_query() || embeds_remotely(&context.pipeline) {
         return None;
@@ -235,9 +236,9 @@ pub async fn run_remembered(
     )
     .await
     {
-        Ok(hits) if !hits.is_empty() => {
+        Ok(searched) if !searched.results.is_empty() => {
             state.metrics.searches_remembered.inc();
-            Some(hits)
+            Some(searched)
         }
         _ => None,
     }
@@ -252,19 +253,11 @@ async fn statement_connection(state: &AppState, kept: Option<Connection>) -> Api
     })
 }
 
-/// Runs a search on a pipeline the key can read and execute.
-pub async fn run(
-    state: &AppState,
-    auth: &AuthContext,
-    pipeline_id: Uuid,
-    input: &SearchInput,
-) -> ApiResult<Vec<Value>> {
-    run_with(state, auth, pipeline_id, input, None, None).await
-}
-
-/// [`run`] with what the caller has already: the query's embedding (a vector search uses it
-/// instead of embedding the query again when it comes from the model the search selects),
-/// and the pipeline's search context (read ahead; still subject to the permission check).
+/// Runs a search on a pipeline the key can read and execute, with what the caller has
+/// already: the query's embedding (a vector search uses it instead of embedding the query
+/// again when it comes from the model the search selects), and the pipeline's search context
+/// (read ahead; still subject to the permission check). A search naming a reranker (extension
+/// `hybrid`) has its first results reordered by it.
 ///
 /// Checks come in the interface's order: permission, search kind, classification, filter,
 /// vector embedding, embedding.
@@ -275,7 +268,7 @@ pub async fn run_with(
     input: &SearchInput,
     query_vector: Option<QueryVector>,
     prefetched: Option<Prefetched>,
-) -> ApiResult<Vec<Value>> {
+) -> ApiResult<Searched> {
     let gate = prefetched
         .as_ref()
         .filter(|p| p.pipeline_id == pipeline_id)
@@ -294,8 +287,14 @@ pub async fn run_with(
         }
         kept => kept,
     };
-    let params = EffectiveParams::from_request(input.kind, input.params.as_ref());
-    check_kind(input.kind, pipeline, &params, state.config.extensions)?;
+    let requested = EffectiveParams::from_request(input.kind, input.params.as_ref());
+    check_kind(input.kind, pipeline, &requested, state.config.extensions)?;
+    let reranker = reranker_of(state, auth, input.kind, &requested).await?;
+    // The statement returns the reranker's candidates too; the search keeps `k` of them.
+    let params = EffectiveParams {
+        k: requested.before_reranking(reranker.is_some()),
+        ..requested
+    };
     // The query's vector (similarity and MMR with k > 0) is computed while the
     // classifications are read and the filter compiled.
     let vector_target = input
@@ -317,7 +316,7 @@ pub async fn run_with(
     let (scope_parts, embedding) = tokio::join!(scope_parts, embedding);
     let parts = scope_parts?;
     if parts.classifications.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Searched::default());
     }
     let search = Search {
         state,
@@ -330,7 +329,11 @@ pub async fn run_with(
     };
     if !input.kind.embeds_query() {
         let hits = search.full_text(&input.query).await?;
-        return hits.into_iter().map(|hit| hit_object(state, hit)).collect();
+        return Ok(Searched::of(
+            hits.into_iter()
+                .map(|hit| hit_object(state, hit))
+                .collect::<ApiResult<_>>()?,
+        ));
     }
     let ve = match vector_target {
         Some(target) => target?.0,
@@ -342,14 +345,13 @@ pub async fn run_with(
     };
     let Some(vector) = embedding else {
         // k = 0, or MMR with fetch_k = 0.
-        return Ok(Vec::new());
+        return Ok(Searched::default());
     };
     let vector = vector?;
     let strategy = input.distance_strategy.unwrap_or(DistanceStrategy::DEFAULT);
-    if input.kind == SearchKind::Hybrid {
+    let results: Vec<Value> = if input.kind == SearchKind::Hybrid {
         let hits = search.hybrid(ve, &vector, strategy, &input.query).await?;
-        return hits
-            .into_iter()
+        hits.into_iter()
             .map(|ranked| {
                 let mut object = hit_object(state, ranked.hit)?;
                 if let Value::Object(map) = &mut object {
@@ -358,10 +360,119 @@ pub async fn run_with(
                 }
                 Ok(object)
             })
-            .collect();
+            .collect::<ApiResult<_>>()?
+    } else {
+        let hits = search.vector(input.kind, ve, &vector, strategy).await?;
+        hits.into_iter()
+            .map(|hit| hit_object(state, hit))
+            .collect::<ApiResult<_>>()?
+    };
+    Ok(match reranker {
+        Some(reranker) => reranked(state, &reranker, &input.query, results, requested.k).await,
+        None => Searched::of(results),
+    })
+}
+
+/// What a search found, best first, and whether its reranker failed (the results are then in
+/// their order before reranking).
+#[derive(Debug, Default)]
+pub struct Searched {
+    pub results: Vec<Value>,
+    pub rerank_skipped: bool,
+}
+
+impl Searched {
+    fn of(results: Vec<Value>) -> Self {
+        Self {
+            results,
+            rerank_skipped: false,
+        }
     }
-    let hits = search.vector(input.kind, ve, &vector, strategy).await?;
-    hits.into_iter().map(|hit| hit_object(state, hit)).collect()
+}
+
+/// The reranker of a similarity or hybrid search that names one, with the extension `hybrid`
+/// on (R|X on it, else 404 `LLM not found`; a chat LLM is 400).
+async fn reranker_of(
+    state: &AppState,
+    auth: &AuthContext,
+    kind: SearchKind,
+    params: &EffectiveParams,
+) -> ApiResult<Option<(ReadyReranker, u16)>> {
+    let reranks = state.config.extensions.has(Extension::Hybrid)
+        && matches!(kind, SearchKind::Similarity | SearchKind::Hybrid);
+    match params.rerank {
+        Some(rerank) if reranks => {
+            let reranker =
+                super::llms::reranker(&state.pool, &state.cipher, auth, rerank.llm).await?;
+            Ok(Some((reranker, rerank.candidates)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Sends the first candidates' texts to the reranker in one request and keeps the `k` most
+/// relevant, each with the reranker's relevance as its score (the results beyond the
+/// candidates follow in their order). When the reranker fails, the first `k` in the order
+/// before reranking, counted and logged once.
+async fn reranked(
+    state: &AppState,
+    (reranker, candidates): &(ReadyReranker, u16),
+    query: &str,
+    mut results: Vec<Value>,
+    k: u16,
+) -> Searched {
+    let k = usize::from(k);
+    let first = results.len().min(usize::from(*candidates));
+    let texts: Vec<String> = results[..first]
+        .iter()
+        .map(|r| r["page_content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    if texts.is_empty() {
+        results.truncate(k);
+        return Searched::of(results);
+    }
+    let timeout = state.config.rerank_timeout;
+    match state
+        .llm
+        .rerank(&reranker.target(), query, &texts, timeout)
+        .await
+    {
+        Ok(order) => {
+            let rest = results.split_off(first);
+            let mut slots: Vec<Option<Value>> = results.into_iter().map(Some).collect();
+            let mut ordered: Vec<Value> = order
+                .into_iter()
+                .filter_map(|(index, relevance)| {
+                    let mut result = slots.get_mut(index)?.take()?;
+                    if let Value::Object(map) = &mut result {
+                        map.insert("score".to_owned(), json!(relevance));
+                    }
+                    Some(result)
+                })
+                .collect();
+            ordered.extend(rest);
+            ordered.truncate(k);
+            Searched::of(ordered)
+        }
+        Err(failure) => {
+            state
+                .metrics
+                .rerank_failures
+                .with_label_values(&[failure.reason.label()])
+                .inc();
+            tracing::warn!(
+                llm_id = %reranker.stored.row.id,
+                reason = failure.reason.label(),
+                error = %failure,
+                "reranker failed; the results keep their order before reranking"
+            );
+            results.truncate(k);
+            Searched {
+                results,
+                rerank_skipped: true,
+            }
+        }
+    }
 }
 
 /// The pipeline's search context, once the key holds read and execute on it, with the
@@ -404,6 +515,12 @@ fn check_kind(
     match kind {
         SearchKind::Query => Err(ApiError::InvalidSearchType),
         SearchKind::Hybrid if !params.fusion.is_valid() => Err(ApiError::InvalidSearchType),
+        SearchKind::Similarity | SearchKind::Hybrid
+            if extensions.has(Extension::Hybrid)
+                && params.rerank.is_some_and(|rerank| !rerank.is_valid()) =>
+        {
+            Err(ApiError::InvalidSearchType)
+        }
         SearchKind::Search | SearchKind::Hybrid if !pipeline.has_full_text_search => {
             Err(ApiError::FullTextDisabled(params.to_json(kind)))
         }

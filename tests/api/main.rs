@@ -29,6 +29,7 @@ mod mcp;
 mod mcp_client;
 mod pipelines;
 mod relay;
+mod rerank;
 mod schemathesis;
 mod search;
 mod sidecar;
