@@ -19,7 +19,7 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceError, Serv
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, keys_of, run, spawn_app, spawn_app_without_worker, str_of};
+use crate::helpers::{TestApp, keys_of, model_of, spawn_app, spawn_app_without_worker, str_of};
 
 /// The revisions with an `initialize` handshake and sessions.
 const SESSION_REVISIONS: [ProtocolVersion; 4] = [
@@ -626,13 +626,6 @@ async fn rmcp_client_calls_each_tool_on_ingested_data() {
     client.cancel().await.expect("close");
 }
 
-/// The `id` of the embedding model of a pipeline (the value of its one `embedding_models`
-/// entry).
-fn model_of(pipeline: &Value) -> String {
-    let models = pipeline["embedding_models"].as_object().expect("models");
-    str_of(models.values().next().expect("one model"), "id").to_owned()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Tool errors
 // ---------------------------------------------------------------------------------------------
@@ -795,12 +788,14 @@ async fn rmcp_client_observes_the_http_errors() {
 
     // 401: the REST authentication errors, as the body of the failed POST.
     let wrong = (master.0.clone(), "wrong".to_owned());
-    let raw = run(app
-        .request_as(&wrong, Method::POST, "/mcp")
+    let raw = app
+        .req(Method::POST, "/mcp")
+        .as_key(&wrong)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
-        .body("{}"))
-    .await;
+        .body("{}")
+        .send()
+        .await;
     assert_eq!(raw.status, StatusCode::UNAUTHORIZED);
     assert_eq!(raw.message(), "Invalid API Key or Secret");
     let text = initialize_error(config(&app, &wrong, &[])).await;

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with, spawn_app_without_worker};
+use crate::helpers::{
+    AppOptions, TestApp, percent_encode, spawn_app_with, spawn_app_without_worker,
+};
 
 const DOCS: [(&str, &str, &str, i64); 6] = [
     (
@@ -79,8 +81,7 @@ async fn searchable_app() -> (TestApp, String) {
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
-    let worker = trove::startup::build_worker(&app.state).await.unwrap();
-    let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
+    let outcome = app.step().await;
     assert_eq!(outcome.stored, DOCS.len(), "{outcome:?}");
     (app, pid)
 }
@@ -308,12 +309,10 @@ async fn search_errors() {
     // Read without execute is "not found" on pipeline routes.
     let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
     let denied = app
-        .send_as(
-            &reader,
-            reqwest::Method::POST,
-            &format!("/pipelines/{pid}/search"),
-            Some(&json!({"query": "x", "type": "similarity", "classification": "public"})),
-        )
+        .req(Method::POST, &format!("/pipelines/{pid}/search"))
+        .as_key(&reader)
+        .json(&json!({"query": "x", "type": "similarity", "classification": "public"}))
+        .send()
         .await;
     assert_eq!(denied.status, StatusCode::NOT_FOUND);
 }
@@ -363,18 +362,6 @@ async fn the_document_list_filters_by_metadata() {
         (schema.status, schema.message()),
         (StatusCode::BAD_REQUEST, "Schema error")
     );
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Across random hierarchies, a reader never receives a fragment whose classification is
@@ -775,7 +762,10 @@ async fn a_search_checks_its_key_in_the_context_read() {
         let path = path.clone();
         let body = body.clone();
         async move {
-            app.send_as(&key, reqwest::Method::POST, &path, Some(&body))
+            app.req(Method::POST, &path)
+                .as_key(&key)
+                .json(&body)
+                .send()
                 .await
         }
     };
@@ -826,7 +816,10 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
         let app = if on == "replica" { &replica } else { &app };
         let (path, body) = (path.clone(), body.clone());
         async move {
-            app.send_as(&key, reqwest::Method::POST, &path, Some(&body))
+            app.req(Method::POST, &path)
+                .as_key(&key)
+                .json(&body)
+                .send()
                 .await
         }
     };
@@ -880,6 +873,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
         assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
     }
     assert_eq!(remembered(&replica), 4.0);
+    // Time passes: the key expires.
     let left = soon - chrono::Utc::now();
     tokio::time::sleep(left.to_std().unwrap_or_default() + Duration::from_millis(50)).await;
     refused(search_on("replica", key.clone()).await);
@@ -898,7 +892,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
 /// classification condition: with as many fragments of each of three classifications, the
 /// planner's own estimate of `classification IN (all three)` is 0.70 of them (the sampled
 /// frequencies, ⅓ each as `real`, sum to just over 1, so it combines them as independent),
-/// which put a 5 % filter under the walk's threshold after some ingestions.
+/// which would put a 5 % filter under the walk's threshold after some ingestions.
 #[tokio::test]
 async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline() {
     use trove::retrieval::search::{self, Scope};
