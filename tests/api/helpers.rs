@@ -564,6 +564,17 @@ pub fn assert_plain(reply: &Reply, status: StatusCode, prefix: &str) {
         "expected a body starting {prefix:?}, got {:?}",
         reply.text
     );
+    assert_not_json(reply);
+}
+
+/// Asserts a plain-text (non-JSON) error: status and exact body.
+pub fn assert_text(reply: &Reply, status: StatusCode, text: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text);
+    assert_eq!(reply.text, text);
+    assert_not_json(reply);
+}
+
+fn assert_not_json(reply: &Reply) {
     assert!(
         !reply
             .header("content-type")

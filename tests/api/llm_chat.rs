@@ -412,9 +412,7 @@ async fn dropping_the_stream_closes_the_upstream_connection() {
 
     drop(stream);
 
-    tokio::time::timeout(Duration::from_secs(2), fake.client_left())
-        .await
-        .expect("the fake saw the client leave within 2 s");
+    fake.assert_client_left("the client").await;
 }
 
 #[tokio::test]

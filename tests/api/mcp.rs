@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    Reply, Req, TestApp, assert_error, keys_of, model_of, spawn_app, spawn_app_without_worker,
-    str_of,
+    Reply, Req, TestApp, assert_error, assert_text, keys_of, model_of, spawn_app,
+    spawn_app_without_worker, str_of,
 };
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -183,20 +183,6 @@ async fn session(app: &TestApp) -> Client<'_> {
     let mut client = Client::new(app, app.master_key());
     client.initialize("2025-11-25").await;
     client
-}
-
-/// Asserts a plain-text error response: status and exact body.
-fn assert_text(reply: &Reply, status: StatusCode, text: &str) {
-    assert_eq!(reply.status, status, "{}", reply.text);
-    assert_eq!(reply.text, text);
-    assert!(
-        !reply
-            .header("content-type")
-            .unwrap_or_default()
-            .contains("json"),
-        "plain-text error with content type {:?}",
-        reply.header("content-type")
-    );
 }
 
 fn assert_sorted_keys(value: &Value) {

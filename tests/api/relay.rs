@@ -453,17 +453,13 @@ async fn leave_after_the_first_chunk(answer: Answer) {
 
     drop(response);
 
-    tokio::time::timeout(Duration::from_secs(2), fake.client_left())
-        .await
-        .expect("the fake saw Trove leave within 2 s");
+    fake.assert_client_left("Trove").await;
 }
 
 #[tokio::test]
 async fn client_leaving_mid_stream_closes_the_model_server_connection() {
     // The model server goes on generating (for 5 s in all) after the client left.
-    let mut chunks = vec!["Hello".to_owned()];
-    chunks.extend((0..100).map(|i| format!(" {i}")));
-    leave_after_the_first_chunk(Answer::new(chunks).paced(Duration::from_millis(50))).await;
+    leave_after_the_first_chunk(Answer::long_paced_hello()).await;
 }
 
 /// As `llms::client_leaving_while_the_model_server_is_silent_closes_its_connection`: the
