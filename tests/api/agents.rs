@@ -10,9 +10,9 @@ use uuid::Uuid;
 use crate::fake_llm::{Answer, FakeLlm, Reply as FakeReply};
 use crate::helpers::{
     AppOptions, OBJECT_TYPES, Reply, Req, TestApp, assert_error, assert_invalid,
-    assert_not_found_with_id, assert_plain, assert_utc_timestamp, content_type, eventually,
-    is_uuid, key_of, keys_of, names, spawn_app_with, spawn_app_with_license,
-    spawn_app_without_worker, within,
+    assert_invalid_order_by, assert_not_found_with_id, assert_plain, assert_utc_timestamp,
+    content_type, eventually, is_uuid, key_of, keys_of, names, spawn_app_with,
+    spawn_app_with_license, spawn_app_without_worker, within,
 };
 use crate::llms::{
     RATE_LIMITED, assert_not_found as assert_llm_not_found, delta, ndjson, ollama_llm, openai_llm,
@@ -775,12 +775,7 @@ async fn list_filters_and_ordering() {
     assert_eq!(body["page_info"]["has_next"], true);
 
     let reply = app.get("/agents?order_by=description").await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["description"]));
+    assert_invalid_order_by(&reply, json!(["description"]));
 
     // A key sees the agents it can read: an object entry, or none.
     let reader = app.create_key_with(json!({"name": "reader"})).await;

@@ -4,9 +4,10 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    AppOptions, Reply, TestApp, assert_error, assert_invalid_parameter, assert_not_found_with_id,
-    assert_plain, assert_utc_timestamp, data_of, ends_with_line_column, eventually, is_uuid,
-    keys_of, paragraphs, spawn_app, spawn_app_with_license, spawn_app_without_worker, str_of,
+    AppOptions, Reply, TestApp, assert_error, assert_invalid_order_by, assert_invalid_parameter,
+    assert_not_found_with_id, assert_plain, assert_utc_timestamp, data_of, ends_with_line_column,
+    eventually, is_uuid, keys_of, paragraphs, spawn_app, spawn_app_with_license,
+    spawn_app_without_worker, str_of,
 };
 
 /// The fields of a document version, sorted.
@@ -749,17 +750,7 @@ async fn document_list_filters_and_orders() {
         let reply = app
             .get(&format!("/pipelines/{pid}/documents?order_by={field}"))
             .await;
-        assert_error(
-            &reply,
-            StatusCode::BAD_REQUEST,
-            "Invalid order_by parameter",
-        );
-        assert_eq!(
-            reply.body["error"]["details"],
-            json!([field]),
-            "{}",
-            reply.text
-        );
+        assert_invalid_order_by(&reply, json!([field]));
     }
 
     // Without read on the pipeline: 404.

@@ -631,6 +631,20 @@ pub const OBJECT_TYPES: [&str; 13] = [
     "text-splitters",
 ];
 
+/// The fields of a search result (a fragment with its `embedding`), sorted.
+pub const SEARCH_RESULT_FIELDS: [&str; 10] = [
+    "classification",
+    "document_id",
+    "embedding",
+    "expired_at",
+    "id",
+    "metadata",
+    "order_id",
+    "page_content",
+    "score",
+    "version",
+];
+
 /// The all-zero object id of type entries.
 pub const TYPE_ENTRY: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -900,6 +914,12 @@ pub fn ids(body: &Value) -> Vec<String> {
         .iter()
         .map(|o| o["id"].as_str().expect("id").to_owned())
         .collect()
+}
+
+/// Asserts `400 Invalid order_by parameter` whose `details` list the refused fields.
+pub fn assert_invalid_order_by(reply: &Reply, fields: Value) {
+    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid order_by parameter");
+    assert_eq!(reply.body["error"]["details"], fields, "{}", reply.text);
 }
 
 /// Asserts `400 Invalid parameter` whose `details.error` is `reason`.

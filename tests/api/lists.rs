@@ -6,7 +6,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, assert_error, assert_plain, assert_utc_timestamp, ids, names, ok, spawn_app,
+    TestApp, assert_error, assert_invalid_order_by, assert_plain, assert_utc_timestamp, ids, names,
+    ok, spawn_app,
 };
 
 /// Names of the keys created by [`seeded_app`], in creation order.
@@ -363,25 +364,12 @@ async fn unencoded_plus_in_order_by_is_refused() {
 async fn unsortable_fields_are_listed_in_details() {
     let (app, _) = seeded_app().await;
     let reply = app.get("/api-keys?order_by=secret").await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["secret"]));
+    assert_invalid_order_by(&reply, json!(["secret"]));
 
     let reply = app
         .get("/api-keys?order_by=name&order_by=-description&order_by=active&order_by=id")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!(["-description", "active"])
-    );
+    assert_invalid_order_by(&reply, json!(["-description", "active"]));
 }
 
 // ---- Filters -----------------------------------------------------------------------------

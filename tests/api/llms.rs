@@ -10,9 +10,9 @@ use uuid::Uuid;
 
 use crate::fake_llm::{Answer, DEFAULT_PROMPT_TOKENS, FakeLlm, Reply as FakeReply};
 use crate::helpers::{
-    AppOptions, Reply, TestApp, assert_error, assert_invalid, assert_plain, assert_utc_timestamp,
-    content_type, eventually, is_uuid, key_of, key_set, names, spawn_app, spawn_app_with,
-    spawn_app_with_license, within,
+    AppOptions, Reply, TestApp, assert_error, assert_invalid, assert_invalid_order_by,
+    assert_plain, assert_utc_timestamp, content_type, eventually, is_uuid, key_of, key_set, names,
+    spawn_app, spawn_app_with, spawn_app_with_license, within,
 };
 
 /// The API key of the LLMs registered here (never to be seen in a response).
@@ -388,12 +388,7 @@ async fn list_filters_and_ordering() {
     );
 
     let reply = app.get("/llms?order_by=model&order_by=endpoint").await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["model", "endpoint"]));
+    assert_invalid_order_by(&reply, json!(["model", "endpoint"]));
 }
 
 #[tokio::test]

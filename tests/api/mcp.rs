@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    Reply, Req, TestApp, assert_error, assert_text, keys_of, model_of, spawn_app,
-    spawn_app_without_worker, str_of,
+    Reply, Req, SEARCH_RESULT_FIELDS, TestApp, assert_error, assert_text, keys_of, model_of,
+    spawn_app, spawn_app_without_worker, str_of,
 };
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -761,21 +761,7 @@ async fn search_knowledge_runs_similarity_and_mmr() {
     let results = output["results"].as_array().unwrap();
     assert_eq!(results.len(), 2, "public only: {output}");
     for fragment in results {
-        assert_eq!(
-            keys_of(fragment),
-            [
-                "classification",
-                "document_id",
-                "embedding",
-                "expired_at",
-                "id",
-                "metadata",
-                "order_id",
-                "page_content",
-                "score",
-                "version"
-            ]
-        );
+        assert_eq!(keys_of(fragment), SEARCH_RESULT_FIELDS);
         assert_sorted_keys(fragment);
         assert_eq!(fragment["embedding"], Value::Null);
         assert_eq!(fragment["expired_at"], Value::Null);

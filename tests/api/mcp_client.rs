@@ -19,7 +19,9 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceError, Serv
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, keys_of, model_of, spawn_app, spawn_app_without_worker, str_of};
+use crate::helpers::{
+    SEARCH_RESULT_FIELDS, TestApp, keys_of, model_of, spawn_app, spawn_app_without_worker, str_of,
+};
 
 /// The revisions with an `initialize` handshake and sessions.
 const SESSION_REVISIONS: [ProtocolVersion; 4] = [
@@ -418,18 +420,7 @@ async fn rmcp_client_lists_the_three_read_only_tools() {
     let output = search.output_schema.as_ref().expect("outputSchema");
     assert_eq!(
         keys_of(&output["properties"]["results"]["items"]["properties"]),
-        [
-            "classification",
-            "document_id",
-            "embedding",
-            "expired_at",
-            "id",
-            "metadata",
-            "order_id",
-            "page_content",
-            "score",
-            "version"
-        ]
+        SEARCH_RESULT_FIELDS
     );
     client.cancel().await.expect("close");
 }
@@ -550,21 +541,7 @@ async fn rmcp_client_calls_each_tool_on_ingested_data() {
         .iter()
         .zip([("harbour", HARBOUR), ("garden", GARDEN)])
     {
-        assert_eq!(
-            keys_of(fragment),
-            [
-                "classification",
-                "document_id",
-                "embedding",
-                "expired_at",
-                "id",
-                "metadata",
-                "order_id",
-                "page_content",
-                "score",
-                "version"
-            ]
-        );
+        assert_eq!(keys_of(fragment), SEARCH_RESULT_FIELDS);
         assert_eq!(fragment["document_id"], docs[name]["id"], "{output}");
         assert_eq!(fragment["page_content"], text);
         assert_eq!(fragment["classification"], "public");

@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, TestApp, assert_error, assert_invalid, assert_utc_timestamp, create_denied, ids,
-    is_uuid, key_of, key_set, names, spawn_app, spawn_app_with_license,
+    AppOptions, TestApp, assert_error, assert_invalid, assert_invalid_order_by,
+    assert_utc_timestamp, create_denied, ids, is_uuid, key_of, key_set, names, spawn_app,
+    spawn_app_with_license,
 };
 
 /// The listed object named `name` (master key, seeded objects included).
@@ -817,15 +818,7 @@ async fn splitter_list_filters_and_pagination() {
     let reply = app
         .get("/text-splitters?order_by=parameters&order_by=description")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!(["parameters", "description"])
-    );
+    assert_invalid_order_by(&reply, json!(["parameters", "description"]));
 
     // Cursor pagination.
     let first = query("first=4&order_by=name&count=true").await;
@@ -898,12 +891,7 @@ async fn provider_list_filters_and_ordering() {
     let reply = app
         .get("/text-splitter-providers?order_by=description")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["description"]));
+    assert_invalid_order_by(&reply, json!(["description"]));
 }
 
 // ---- License -----------------------------------------------------------------------------
