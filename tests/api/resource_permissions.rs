@@ -32,7 +32,7 @@ struct Resource {
     body: fn(&str) -> Value,
     /// A create body that fails validation.
     invalid_body: fn() -> Value,
-    /// Permissions that creating one needs besides write on the type (its provider), given
+    /// Permissions that creating one needs besides write on the type (on its provider), given
     /// along with every type-level permission tried.
     also_needs: fn() -> Value,
     /// Sub-resources read with GET (`/prompt`).
@@ -72,7 +72,7 @@ const RESOURCES: [Resource; 5] = [
         display_name: "Agent",
         body: crate::agents::minimal_body,
         invalid_body: || crate::agents::minimal_body(""),
-        also_needs: || json!({"pipelines": 7}),
+        also_needs: no_permissions,
         reads: &["/prompt"],
         writes: no_writes,
         executes: no_executes,
@@ -94,7 +94,7 @@ const RESOURCES: [Resource; 5] = [
         id_parameter: "embedding_model_id",
         not_found: "Embedding model not found",
         display_name: "Embedding Model",
-        body: |name| json!({"name": name, "provider": "hash", "model_name": "feature-hash", "parameters": {"dimensions": 4}}),
+        body: |name| json!({"name": name, "provider": "hash", "model_name": "h"}),
         invalid_body: || json!({"name": "", "provider": "hash", "model_name": "h"}),
         also_needs: || json!({"embedding-providers": 7}),
         reads: &[],
@@ -179,9 +179,13 @@ impl Resource {
         reply.body
     }
 
-    /// A key with `bits` on the type and what creating one also needs.
-    async fn key_with(&self, app: &TestApp, bits: u8) -> (String, String) {
+    /// A key with `bits` on the type, what creating one also needs, and `others`.
+    async fn key_with(&self, app: &TestApp, bits: u8, others: Value) -> (String, String) {
         let mut permissions = (self.also_needs)();
+        if let (Some(permissions), Some(others)) = (permissions.as_object_mut(), others.as_object())
+        {
+            permissions.extend(others.clone());
+        }
         permissions[self.object_type] = json!(bits);
         key_of(
             &app.create_key_with(json!({"name": format!("{bits}"), "permissions": permissions}))
@@ -306,9 +310,10 @@ async fn permission_matrix(app: &TestApp, resource: &Resource) {
     assert_eq!(reply.body["data"], json!([]), "{t}");
     resource.assert_cannot_create(app, &nothing).await;
 
-    // Any type-level permission without write: no creation, before validation.
+    // Any type-level permission without write, whatever the key holds on other types: no
+    // creation, before validation.
     for bits in [0, 1, 4, 5] {
-        let key = resource.key_with(app, bits).await;
+        let key = resource.key_with(app, bits, json!({"pipelines": 7})).await;
         resource.assert_cannot_create(app, &key).await;
     }
 
@@ -328,7 +333,7 @@ async fn permission_matrix(app: &TestApp, resource: &Resource) {
             .await;
         assert_not_found(resource, &reply, &id);
     }
-    let writer = resource.key_with(app, 2).await;
+    let writer = resource.key_with(app, 2, json!({})).await;
     let reply = app
         .as_key(&writer)
         .post(&collection, &(resource.body)("by writer"))
