@@ -30,6 +30,8 @@ struct Resource {
     display_name: &'static str,
     /// A valid create body for the name.
     body: fn(&str) -> Value,
+    /// A secret of the create body, never to be seen in a reply.
+    secret: Option<&'static str>,
     /// A create body that fails validation.
     invalid_body: fn() -> Value,
     /// Permissions that creating one needs besides write on the type (on its provider), given
@@ -71,6 +73,7 @@ const RESOURCES: [Resource; 5] = [
         not_found: "Agent not found",
         display_name: "Agent",
         body: crate::agents::minimal_body,
+        secret: None,
         invalid_body: || crate::agents::minimal_body(""),
         also_needs: no_permissions,
         reads: &["/prompt"],
@@ -83,6 +86,7 @@ const RESOURCES: [Resource; 5] = [
         not_found: "LLM not found",
         display_name: "LLM",
         body: |name| json!({"name": name, "provider": "openai", "endpoint": "http://h.example/v1", "api_key": crate::llms::KEY}),
+        secret: Some(crate::llms::KEY),
         invalid_body: || json!({"name": "", "provider": "openai", "endpoint": "ftp://x"}),
         also_needs: no_permissions,
         reads: &[],
@@ -95,6 +99,7 @@ const RESOURCES: [Resource; 5] = [
         not_found: "Embedding model not found",
         display_name: "Embedding Model",
         body: |name| json!({"name": name, "provider": "hash", "model_name": "h"}),
+        secret: None,
         invalid_body: || json!({"name": "", "provider": "hash", "model_name": "h"}),
         also_needs: || json!({"embedding-providers": 7}),
         reads: &[],
@@ -107,6 +112,7 @@ const RESOURCES: [Resource; 5] = [
         not_found: "Text Splitter not found",
         display_name: "Text Splitter",
         body: |name| json!({"name": name, "provider": "token"}),
+        secret: None,
         invalid_body: || json!({"name": "", "provider": "token"}),
         also_needs: || json!({"text-splitter-providers": 7}),
         reads: &[],
@@ -119,6 +125,7 @@ const RESOURCES: [Resource; 5] = [
         not_found: "Taxonomy not found",
         display_name: "Taxonomy",
         body: |name| json!({"name": name}),
+        secret: None,
         invalid_body: || json!({"name": ""}),
         also_needs: no_permissions,
         reads: &["/entries"],
@@ -176,6 +183,9 @@ impl Resource {
     async fn create(&self, app: &TestApp, name: &str) -> Value {
         let reply = app.post(&self.collection(), &(self.body)(name)).await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+        if let Some(secret) = self.secret {
+            assert!(!reply.text.contains(secret), "{}", reply.text);
+        }
         reply.body
     }
 
