@@ -33,21 +33,10 @@ use uuid::Uuid;
 
 // ---- scratch database ---------------------------------------------------------------------
 
-fn admin_url() -> String {
-    std::env::var("TROVE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned())
-}
+#[path = "support/database.rs"]
+mod database;
 
-fn url_with_db(admin: &str, db: &str) -> String {
-    let (base, query) = admin
-        .split_once('?')
-        .map_or((admin, None), |(b, q)| (b, Some(q)));
-    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
-    match query {
-        Some(q) => format!("{root}/{db}?{q}"),
-        None => format!("{root}/{db}"),
-    }
-}
+use database::{admin_url, url_with_db};
 
 /// Runs `body` with a connection to a fresh scratch database (byte-order collation), and
 /// drops the database afterwards, also when `body` panics.

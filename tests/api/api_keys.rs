@@ -8,14 +8,8 @@ use uuid::Uuid;
 
 use crate::helpers::{
     OBJECT_TYPES, TYPE_ENTRY, TestApp, assert_error, assert_plain, assert_utc_timestamp, is_uuid,
-    key_of, spawn_app,
+    key_of, spawn_app, write_denied,
 };
-
-fn write_denied(id: &str) -> String {
-    format!(
-        "Unauthorized: access level AccessLevel(WRITE) required for api-keys with id Some({id})"
-    )
-}
 
 async fn entries_of(app: &TestApp, id: &str) -> Value {
     let reply = app.get(&format!("/api-keys/{id}/permissions")).await;
@@ -61,7 +55,7 @@ async fn login_needs_no_body_and_no_permission() {
         .create_key_with(json!({"name": "plain", "description": "nothing granted"}))
         .await;
     let key = key_of(&created);
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     assert_eq!(reply.body["message"], "OK");
     assert_eq!(reply.body["key"], "plain");
@@ -78,7 +72,7 @@ async fn login_needs_no_body_and_no_permission() {
 #[tokio::test]
 async fn missing_key_is_401() {
     let app = spawn_app().await;
-    let reply = app.send(Method::POST, "/login", None, None).await;
+    let reply = app.req(Method::POST, "/login").send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -154,7 +148,9 @@ async fn created_key_can_log_in_with_its_permissions() {
         .await;
     assert_eq!(created["description"], "ingestion robot");
     let reply = app
-        .send_as(&key_of(&created), Method::POST, "/login", None)
+        .req(Method::POST, "/login")
+        .as_key(key_of(&created))
+        .send()
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     assert_eq!(reply.body["message"], "OK");
@@ -217,12 +213,8 @@ async fn create_without_write_on_api_keys_is_403() {
     let app = spawn_app().await;
     let reader = app.create_key(json!({"api-keys": 5}), json!([])).await;
     let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": "x"})),
-        )
+        .as_key(&reader)
+        .post("/api-keys", &json!({"name": "x"}))
         .await;
     assert_error(
         &reply,
@@ -253,11 +245,10 @@ async fn create_cannot_grant_bits_not_held() {
         .create_key(json!({"api-keys": 6, "pipelines": 4}), json!(["*"]))
         .await;
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
+        .as_key(&granter)
+        .post(
             "/api-keys",
-            Some(&json!({"name": "more", "permissions": {"pipelines": 6}})),
+            &json!({"name": "more", "permissions": {"pipelines": 6}}),
         )
         .await;
     assert_error(
@@ -266,11 +257,10 @@ async fn create_cannot_grant_bits_not_held() {
         "Unauthorized: access level AccessLevel(READ | WRITE) required for pipelines with id None",
     );
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
+        .as_key(&granter)
+        .post(
             "/api-keys",
-            Some(&json!({"name": "more", "permissions": {"agents": 1}})),
+            &json!({"name": "more", "permissions": {"agents": 1}}),
         )
         .await;
     assert_error(
@@ -282,11 +272,10 @@ async fn create_cannot_grant_bits_not_held() {
     let list = app.get("/api-keys?name=more").await;
     assert_eq!(list.body["data"], json!([]));
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
+        .as_key(&granter)
+        .post(
             "/api-keys",
-            Some(&json!({"name": "same", "permissions": {"pipelines": 4, "api-keys": 2}})),
+            &json!({"name": "same", "permissions": {"pipelines": 4, "api-keys": 2}}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
@@ -299,12 +288,7 @@ async fn create_cannot_grant_classifications_not_held() {
         .create_key(json!({"api-keys": 6, "pipelines": 4}), json!(["a"]))
         .await;
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": "wider", "permissions": {"pipelines": 4}, "classifications": ["a", "b"]})),
-        )
+        .as_key(&granter).post("/api-keys", &json!({"name": "wider", "permissions": {"pipelines": 4}, "classifications": ["a", "b"]}))
         .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text);
     let message = reply.message();
@@ -314,22 +298,18 @@ async fn create_cannot_grant_classifications_not_held() {
         "{message}"
     );
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
+        .as_key(&granter)
+        .post(
             "/api-keys",
-            Some(&json!({"name": "wider", "permissions": {"pipelines": 4}, "classifications": ["*"]})),
+            &json!({"name": "wider", "permissions": {"pipelines": 4}, "classifications": ["*"]}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text);
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
+        .as_key(&granter)
+        .post(
             "/api-keys",
-            Some(
-                &json!({"name": "same", "permissions": {"pipelines": 4}, "classifications": ["a"]}),
-            ),
+            &json!({"name": "same", "permissions": {"pipelines": 4}, "classifications": ["a"]}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
@@ -403,41 +383,33 @@ async fn key_without_read_on_api_keys_sees_nothing() {
     let blind = app.create_key(json!({"agents": 7}), json!([])).await;
 
     let reply = app
-        .send_as(&blind, Method::GET, &format!("/api-keys/{other_id}"), None)
+        .as_key(&blind)
+        .get(&format!("/api-keys/{other_id}"))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "ApiKey not found");
     assert_eq!(reply.body["error"]["details"]["id"], other_id);
     let reply = app
-        .send_as(
-            &blind,
-            Method::GET,
-            &format!("/api-keys/{other_id}/permissions"),
-            None,
-        )
+        .as_key(&blind)
+        .get(&format!("/api-keys/{other_id}/permissions"))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "ApiKey not found");
 
-    let reply = app.send_as(&blind, Method::GET, "/api-keys", None).await;
+    let reply = app.as_key(&blind).get("/api-keys").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body["data"], json!([]));
 
     // Without read, changes are answered as for a missing key too.
     let reply = app
-        .send_as(
-            &blind,
-            Method::PATCH,
+        .as_key(&blind)
+        .patch(
             &format!("/api-keys/{other_id}"),
-            Some(&json!({"name": "renamed"})),
+            &json!({"name": "renamed"}),
         )
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "ApiKey not found");
     let reply = app
-        .send_as(
-            &blind,
-            Method::DELETE,
-            &format!("/api-keys/{other_id}"),
-            None,
-        )
+        .as_key(&blind)
+        .delete(&format!("/api-keys/{other_id}"))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "ApiKey not found");
 }
@@ -449,23 +421,26 @@ async fn reader_without_write_gets_403_on_changes() {
     let other_id = other["id"].as_str().expect("id");
     let reader = app.create_key(json!({"api-keys": 4}), json!([])).await;
     let reply = app
-        .send_as(
-            &reader,
-            Method::PATCH,
+        .as_key(&reader)
+        .patch(
             &format!("/api-keys/{other_id}"),
-            Some(&json!({"name": "renamed"})),
+            &json!({"name": "renamed"}),
         )
         .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(other_id));
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &write_denied("api-keys", other_id),
+    );
     let reply = app
-        .send_as(
-            &reader,
-            Method::DELETE,
-            &format!("/api-keys/{other_id}"),
-            None,
-        )
+        .as_key(&reader)
+        .delete(&format!("/api-keys/{other_id}"))
         .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(other_id));
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &write_denied("api-keys", other_id),
+    );
     let reply = app.get(&format!("/api-keys/{other_id}")).await;
     assert_eq!(reply.body["name"], "other");
 }
@@ -483,7 +458,7 @@ async fn deactivation_refuses_the_very_next_request() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body["active"], false);
     assert!(reply.body.get("secret").is_none());
-    let reply = app.send_as(&key, Method::GET, "/permissions", None).await;
+    let reply = app.as_key(&key).get("/permissions").await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -494,7 +469,7 @@ async fn deactivation_refuses_the_very_next_request() {
         .patch(&format!("/api-keys/{}", key.0), &json!({"active": true}))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let reply = app.send_as(&key, Method::GET, "/permissions", None).await;
+    let reply = app.as_key(&key).get("/permissions").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 }
 
@@ -512,7 +487,7 @@ async fn expiration_in_the_past_refuses_the_key() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let expiration = assert_utc_timestamp(&reply.body["expiration"]);
     assert_eq!(expiration.to_rfc3339(), "2020-06-01T12:00:00+00:00");
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -612,13 +587,17 @@ async fn delete_removes_the_key() {
         .await;
     let key = key_of(&created);
     assert_eq!(
-        app.send_as(&key, Method::POST, "/login", None).await.status,
+        app.req(Method::POST, "/login")
+            .as_key(&key)
+            .send()
+            .await
+            .status,
         StatusCode::CREATED
     );
     let reply = app.delete(&format!("/api-keys/{}", key.0)).await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT);
     assert_eq!(reply.text, "");
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -636,15 +615,15 @@ async fn a_key_cannot_delete_itself() {
     let app = spawn_app().await;
     let admin = app.create_key(json!({"api-keys": 7}), json!([])).await;
     let reply = app
-        .send_as(
-            &admin,
-            Method::DELETE,
-            &format!("/api-keys/{}", admin.0),
-            None,
-        )
+        .as_key(&admin)
+        .delete(&format!("/api-keys/{}", admin.0))
         .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&admin.0));
-    let reply = app.send_as(&admin, Method::POST, "/login", None).await;
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &write_denied("api-keys", &admin.0),
+    );
+    let reply = app.req(Method::POST, "/login").as_key(&admin).send().await;
     assert_eq!(reply.status, StatusCode::CREATED);
 }
 
@@ -652,13 +631,13 @@ async fn a_key_cannot_delete_itself() {
 async fn the_master_key_cannot_be_deleted_deactivated_or_expired() {
     let app = spawn_app().await;
     let master = app.master_id.to_string();
-    let denied = write_denied(&master);
+    let denied = write_denied("api-keys", &master);
     let admin = app.create_key(json!({"api-keys": 7}), json!([])).await;
     let path = format!("/api-keys/{master}");
 
     let reply = app.delete(&path).await;
     assert_error(&reply, StatusCode::FORBIDDEN, &denied);
-    let reply = app.send_as(&admin, Method::DELETE, &path, None).await;
+    let reply = app.as_key(&admin).delete(&path).await;
     assert_error(&reply, StatusCode::FORBIDDEN, &denied);
     for body in [
         json!({"active": false}),
@@ -667,7 +646,7 @@ async fn the_master_key_cannot_be_deleted_deactivated_or_expired() {
     ] {
         let reply = app.patch(&path, &body).await;
         assert_error(&reply, StatusCode::FORBIDDEN, &denied);
-        let reply = app.send_as(&admin, Method::PATCH, &path, Some(&body)).await;
+        let reply = app.as_key(&admin).patch(&path, &body).await;
         assert_error(&reply, StatusCode::FORBIDDEN, &denied);
     }
     // Still intact and usable.
@@ -783,7 +762,9 @@ async fn post_permissions_adds_replaces_and_removes_entries() {
 
     // The key uses its new permissions from the next request.
     let reply = app
-        .send_as(&key_of(&target), Method::POST, "/login", None)
+        .req(Method::POST, "/login")
+        .as_key(key_of(&target))
+        .send()
         .await;
     assert_eq!(reply.body["permissions"]["agents"]["access_level"], 6);
     assert_eq!(reply.body["permissions"]["llms"]["access_level"], 0);
@@ -827,14 +808,13 @@ async fn permission_batches_are_all_or_nothing() {
         .create_key(json!({"api-keys": 6, "agents": 7}), json!([]))
         .await;
     let reply = app
-        .send_as(
-            &granter,
-            Method::POST,
+        .as_key(&granter)
+        .post(
             &path,
-            Some(&json!([
+            &json!([
                 {"object_type": "agents", "permission": 7},
                 {"object_type": "llms", "permission": 4},
-            ])),
+            ]),
         )
         .await;
     assert_error(
@@ -879,10 +859,7 @@ async fn a_key_cannot_grant_or_revoke_what_it_does_not_hold() {
         let granter = granter.clone();
         let path = path.clone();
         let app = &app;
-        async move {
-            app.send_as(&granter, Method::POST, &path, Some(&body))
-                .await
-        }
+        async move { app.as_key(&granter).post(&path, &body).await }
     };
     let reply = attempt(json!([{"object_type": "pipelines", "permission": 6}])).await;
     assert_error(
@@ -950,18 +927,25 @@ async fn the_master_keys_entries_cannot_change() {
         json!([{"object_type": "agents", "permission": 7}]),
     ] {
         let reply = app.post(&path, &body).await;
-        assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&master));
+        assert_error(
+            &reply,
+            StatusCode::FORBIDDEN,
+            &write_denied("api-keys", &master),
+        );
     }
     let admin = app.create_key(json!({"api-keys": 7}), json!([])).await;
     let reply = app
-        .send_as(
-            &admin,
-            Method::POST,
+        .as_key(&admin)
+        .post(
             &path,
-            Some(&json!([{"object_type": "api-keys", "permission": 0}])),
+            &json!([{"object_type": "api-keys", "permission": 0}]),
         )
         .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&master));
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &write_denied("api-keys", &master),
+    );
     assert_eq!(entries_of(&app, &master).await, before);
 }
 
@@ -980,28 +964,24 @@ async fn object_level_read_shows_only_that_key() {
     )
     .await;
 
-    let reply = app
-        .send_as(&a_key, Method::GET, &format!("/api-keys/{b_id}"), None)
-        .await;
+    let reply = app.as_key(&a_key).get(&format!("/api-keys/{b_id}")).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body["name"], "b");
-    let reply = app
-        .send_as(&a_key, Method::GET, &format!("/api-keys/{c_id}"), None)
-        .await;
+    let reply = app.as_key(&a_key).get(&format!("/api-keys/{c_id}")).await;
     assert_error(&reply, StatusCode::NOT_FOUND, "ApiKey not found");
-    let reply = app.send_as(&a_key, Method::GET, "/api-keys", None).await;
+    let reply = app.as_key(&a_key).get("/api-keys").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(data_ids(&reply.body), vec![b_id.to_owned()]);
     // Read alone does not allow a change.
     let reply = app
-        .send_as(
-            &a_key,
-            Method::PATCH,
-            &format!("/api-keys/{b_id}"),
-            Some(&json!({"name": "bb"})),
-        )
+        .as_key(&a_key)
+        .patch(&format!("/api-keys/{b_id}"), &json!({"name": "bb"}))
         .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(b_id));
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &write_denied("api-keys", b_id),
+    );
 }
 
 #[tokio::test]
@@ -1010,7 +990,7 @@ async fn my_permissions_cover_all_types() {
     let key = app
         .create_key(json!({"pipelines": 4, "llms": 1}), json!(["p"]))
         .await;
-    let reply = app.send_as(&key, Method::GET, "/permissions", None).await;
+    let reply = app.as_key(&key).get("/permissions").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let map = reply.body.as_object().expect("object");
     assert_eq!(map.len(), 13);
@@ -1038,41 +1018,29 @@ async fn permissions_on_several_objects_combine_type_and_object_levels() {
     .await;
 
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/permissions/api-keys?object_id={a}&object_id={b}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!(
+            "/permissions/api-keys?object_id={a}&object_id={b}"
+        ))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body, json!({a.clone(): 4, b.clone(): 6}));
 
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/permissions/agents?object_id={a}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("/permissions/agents?object_id={a}"))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body, json!({a.clone(): 0}));
 
-    let reply = app
-        .send_as(&key, Method::GET, "/permissions/api-keys", None)
-        .await;
+    let reply = app.as_key(&key).get("/permissions/api-keys").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body, json!({}));
 
     // Unknown query parameters are ignored.
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/permissions/api-keys?other=1&object_id={b}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("/permissions/api-keys?other=1&object_id={b}"))
         .await;
     assert_eq!(reply.body, json!({b.clone(): 6}));
 }
@@ -1089,33 +1057,21 @@ async fn permission_on_one_object_is_an_integer() {
     )
     .await;
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/permissions/api-keys/{b}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("/permissions/api-keys/{b}"))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.text.trim(), "5");
     assert_eq!(reply.body, json!(5));
     let other = Uuid::new_v4();
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/permissions/api-keys/{other}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("/permissions/api-keys/{other}"))
         .await;
     assert_eq!(reply.body, json!(1));
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/permissions/llms/{other}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("/permissions/llms/{other}"))
         .await;
     assert_eq!(reply.body, json!(0));
     let reply = app.get(&format!("/permissions/pipelines/{other}")).await;

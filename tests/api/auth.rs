@@ -5,7 +5,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{assert_error, assert_plain, key_of, run, spawn_app};
+use crate::helpers::{assert_error, assert_plain, key_of, spawn_app};
 
 #[tokio::test]
 async fn missing_key_header_is_401() {
@@ -15,10 +15,11 @@ async fn missing_key_header_is_401() {
         (Method::GET, "/api-keys"),
         (Method::GET, "/permissions"),
     ] {
-        let reply = run(app
-            .request(method, path)
-            .header("x-api-key-secret", &app.master_secret))
-        .await;
+        let reply = app
+            .req(method, path)
+            .header("x-api-key-secret", &app.master_secret)
+            .send()
+            .await;
         assert_error(
             &reply,
             StatusCode::UNAUTHORIZED,
@@ -30,10 +31,11 @@ async fn missing_key_header_is_401() {
 #[tokio::test]
 async fn missing_secret_header_is_401() {
     let app = spawn_app().await;
-    let reply = run(app
-        .request(Method::POST, "/login")
-        .header("x-api-key", app.master_id.to_string()))
-    .await;
+    let reply = app
+        .req(Method::POST, "/login")
+        .header("x-api-key", app.master_id.to_string())
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -45,7 +47,7 @@ async fn missing_secret_header_is_401() {
 async fn key_that_is_not_a_uuid_is_invalid_key_id() {
     let app = spawn_app().await;
     let key = ("not-a-uuid".to_owned(), app.master_secret.clone());
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_error(&reply, StatusCode::UNAUTHORIZED, "Invalid key ID");
 }
 
@@ -53,7 +55,11 @@ async fn key_that_is_not_a_uuid_is_invalid_key_id() {
 async fn unknown_key_or_wrong_secret_is_refused() {
     let app = spawn_app().await;
     let unknown = (Uuid::new_v4().to_string(), app.master_secret.clone());
-    let reply = app.send_as(&unknown, Method::POST, "/login", None).await;
+    let reply = app
+        .req(Method::POST, "/login")
+        .as_key(&unknown)
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -61,7 +67,7 @@ async fn unknown_key_or_wrong_secret_is_refused() {
     );
 
     let wrong = (app.master_id.to_string(), "x".repeat(48));
-    let reply = app.send_as(&wrong, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&wrong).send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -70,14 +76,14 @@ async fn unknown_key_or_wrong_secret_is_refused() {
 
     let created = app.create_key(json!({"api-keys": 4}), json!([])).await;
     let swapped = (created.0.clone(), app.master_secret.clone());
-    let reply = app.send_as(&swapped, Method::GET, "/api-keys", None).await;
+    let reply = app.as_key(&swapped).get("/api-keys").await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
         "Invalid API Key or Secret",
     );
     // The right pair works.
-    let reply = app.send_as(&created, Method::GET, "/api-keys", None).await;
+    let reply = app.as_key(&created).get("/api-keys").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 }
 
@@ -87,14 +93,18 @@ async fn inactive_key_is_refused() {
     let created = app.create_key_with(json!({"name": "soon off"})).await;
     let key = key_of(&created);
     assert_eq!(
-        app.send_as(&key, Method::POST, "/login", None).await.status,
+        app.req(Method::POST, "/login")
+            .as_key(&key)
+            .send()
+            .await
+            .status,
         StatusCode::CREATED
     );
     let reply = app
         .patch(&format!("/api-keys/{}", key.0), &json!({"active": false}))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -114,7 +124,7 @@ async fn expired_key_is_refused() {
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -134,7 +144,7 @@ async fn key_with_a_future_expiration_works() {
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let reply = app.send_as(&key, Method::POST, "/login", None).await;
+    let reply = app.req(Method::POST, "/login").as_key(&key).send().await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
 }
 
@@ -142,22 +152,24 @@ async fn key_with_a_future_expiration_works() {
 async fn header_values_beyond_visible_ascii_count_as_missing() {
     let app = spawn_app().await;
     let accented = HeaderValue::from_bytes("clé".as_bytes()).expect("header value");
-    let reply = run(app
-        .request(Method::POST, "/login")
+    let reply = app
+        .req(Method::POST, "/login")
         .header("x-api-key", accented.clone())
-        .header("x-api-key-secret", &app.master_secret))
-    .await;
+        .header("x-api-key-secret", &app.master_secret)
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
         "Unauthorized: No API Key specified.",
     );
 
-    let reply = run(app
-        .request(Method::POST, "/login")
+    let reply = app
+        .req(Method::POST, "/login")
         .header("x-api-key", app.master_id.to_string())
-        .header("x-api-key-secret", accented))
-    .await;
+        .header("x-api-key-secret", accented)
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -166,11 +178,12 @@ async fn header_values_beyond_visible_ascii_count_as_missing() {
 
     // A space is not a visible character either.
     let spaced = HeaderValue::from_static("abc def");
-    let reply = run(app
-        .request(Method::POST, "/login")
+    let reply = app
+        .req(Method::POST, "/login")
         .header("x-api-key", spaced)
-        .header("x-api-key-secret", &app.master_secret))
-    .await;
+        .header("x-api-key-secret", &app.master_secret)
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -182,11 +195,12 @@ async fn header_values_beyond_visible_ascii_count_as_missing() {
 async fn authentication_is_checked_before_path_query_and_body() {
     let app = spawn_app().await;
     // No key, invalid path UUID, invalid JSON: 401.
-    let reply = run(app
-        .request(Method::PATCH, "/api-keys/abc")
+    let reply = app
+        .req(Method::PATCH, "/api-keys/abc")
         .header("content-type", "application/json")
-        .body("{bad"))
-    .await;
+        .body("{bad")
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -194,7 +208,8 @@ async fn authentication_is_checked_before_path_query_and_body() {
     );
     // No key and a bad query string: 401.
     let reply = app
-        .send(Method::GET, "/api-keys?first=abc&name=a&name=b", None, None)
+        .req(Method::GET, "/api-keys?first=abc&name=a&name=b")
+        .send()
         .await;
     assert_error(
         &reply,
@@ -202,7 +217,7 @@ async fn authentication_is_checked_before_path_query_and_body() {
         "Unauthorized: No API Key specified.",
     );
     // No key, no content type: 401, not 415.
-    let reply = run(app.request(Method::POST, "/api-keys").body("{}")).await;
+    let reply = app.req(Method::POST, "/api-keys").body("{}").send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -210,11 +225,13 @@ async fn authentication_is_checked_before_path_query_and_body() {
     );
     // Wrong secret with an invalid path and body: still 401.
     let wrong = (app.master_id.to_string(), "y".repeat(48));
-    let reply = run(app
-        .request_as(&wrong, Method::PATCH, "/api-keys/abc")
+    let reply = app
+        .req(Method::PATCH, "/api-keys/abc")
+        .as_key(&wrong)
         .header("content-type", "application/json")
-        .body("{bad"))
-    .await;
+        .body("{bad")
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -225,25 +242,34 @@ async fn authentication_is_checked_before_path_query_and_body() {
 #[tokio::test]
 async fn with_a_valid_key_the_path_is_checked_before_the_body() {
     let app = spawn_app().await;
-    let reply = run(app
-        .master(Method::PATCH, "/api-keys/abc")
+    let reply = app
+        .req(Method::PATCH, "/api-keys/abc")
+        .as_master()
         .header("content-type", "application/json")
-        .body("{bad"))
-    .await;
+        .body("{bad")
+        .send()
+        .await;
     assert_plain(&reply, StatusCode::BAD_REQUEST, "Invalid URL: Cannot parse");
     // Invalid path and no content type: the path still wins.
-    let reply = run(app.master(Method::PATCH, "/api-keys/abc").body("{}")).await;
+    let reply = app
+        .req(Method::PATCH, "/api-keys/abc")
+        .as_master()
+        .body("{}")
+        .send()
+        .await;
     assert_plain(&reply, StatusCode::BAD_REQUEST, "Invalid URL: Cannot parse");
 }
 
 #[tokio::test]
 async fn with_a_valid_key_the_query_is_checked_before_the_body() {
     let app = spawn_app().await;
-    let reply = run(app
-        .master(Method::GET, "/api-keys?first=abc")
+    let reply = app
+        .req(Method::GET, "/api-keys?first=abc")
+        .as_master()
         .header("content-type", "application/json")
-        .body("{bad"))
-    .await;
+        .body("{bad")
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::BAD_REQUEST,
@@ -255,11 +281,13 @@ async fn with_a_valid_key_the_query_is_checked_before_the_body() {
 async fn body_is_checked_before_existence_and_permission() {
     let app = spawn_app().await;
     // Unknown key id and an invalid body: the body error comes first.
-    let reply = run(app
-        .master(Method::PATCH, &format!("/api-keys/{}", Uuid::new_v4()))
+    let reply = app
+        .req(Method::PATCH, &format!("/api-keys/{}", Uuid::new_v4()))
+        .as_master()
         .header("content-type", "application/json")
-        .body("{bad"))
-    .await;
+        .body("{bad")
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::BAD_REQUEST,
@@ -268,12 +296,8 @@ async fn body_is_checked_before_existence_and_permission() {
     // A key without write on api-keys sending a malformed create: 422 before 403.
     let reader = app.create_key(json!({"api-keys": 4}), json!([])).await;
     let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": 1})),
-        )
+        .as_key(&reader)
+        .post("/api-keys", &json!({"name": 1}))
         .await;
     assert_plain(
         &reply,

@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{assert_plain, ends_with_line_column, is_uuid, run, spawn_app};
+use crate::helpers::{assert_plain, ends_with_line_column, eventually, is_uuid, spawn_app};
 
 /// The routes without an API key that carry neither a request id nor cross-origin headers.
 const REFERENCE_ROUTES: [&str; 7] = [
@@ -19,7 +19,7 @@ const REFERENCE_ROUTES: [&str; 7] = [
 #[tokio::test]
 async fn root_names_the_service_without_request_id() {
     let app = spawn_app().await;
-    let reply = app.send(Method::GET, "/", None, None).await;
+    let reply = app.req(Method::GET, "/").send().await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.text, "Trove Knowledge Retrieval and Agent Service");
     assert!(
@@ -34,7 +34,7 @@ async fn root_names_the_service_without_request_id() {
 #[tokio::test]
 async fn healthz_reports_components() {
     let app = spawn_app().await;
-    let reply = app.send(Method::GET, "/healthz", None, None).await;
+    let reply = app.req(Method::GET, "/healthz").send().await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
         reply.body,
@@ -47,7 +47,7 @@ async fn healthz_reports_components() {
 #[tokio::test]
 async fn openapi_document_names_trove_and_its_release() {
     let app = spawn_app().await;
-    let reply = app.send(Method::GET, "/openapi.json", None, None).await;
+    let reply = app.req(Method::GET, "/openapi.json").send().await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(
         reply
@@ -77,7 +77,7 @@ async fn openapi_document_names_trove_and_its_release() {
 async fn documentation_pages_are_html_served_from_the_binary() {
     let app = spawn_app().await;
     for path in ["/docs", "/_docs", "/_docs-alt"] {
-        let reply = app.send(Method::GET, path, None, None).await;
+        let reply = app.req(Method::GET, path).send().await;
         assert_eq!(reply.status, StatusCode::OK, "{path}");
         assert!(
             reply
@@ -98,11 +98,12 @@ async fn documentation_pages_are_html_served_from_the_binary() {
 async fn reference_routes_carry_no_request_id_nor_cors_headers() {
     let app = spawn_app().await;
     for path in REFERENCE_ROUTES {
-        let reply = run(app
-            .request(Method::GET, path)
+        let reply = app
+            .req(Method::GET, path)
             .header("origin", "https://example.com")
-            .header("x-request-id", "client-chosen-id"))
-        .await;
+            .header("x-request-id", "client-chosen-id")
+            .send()
+            .await;
         assert_eq!(reply.status, StatusCode::OK, "{path}");
         assert!(reply.header("x-request-id").is_none(), "{path}");
         assert!(
@@ -115,7 +116,7 @@ async fn reference_routes_carry_no_request_id_nor_cors_headers() {
 #[tokio::test]
 async fn unknown_path_is_an_empty_404_without_request_id() {
     let app = spawn_app().await;
-    let reply = app.send(Method::GET, "/no/such/path", None, None).await;
+    let reply = app.req(Method::GET, "/no/such/path").send().await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
     assert_eq!(reply.text, "");
     assert!(reply.header("x-request-id").is_none());
@@ -124,14 +125,14 @@ async fn unknown_path_is_an_empty_404_without_request_id() {
 #[tokio::test]
 async fn wrong_method_is_405_with_allow() {
     let app = spawn_app().await;
-    let reply = app.send(Method::PUT, "/api-keys", None, None).await;
+    let reply = app.req(Method::PUT, "/api-keys").send().await;
     assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(reply.text, "");
     let allow = reply.header("allow").unwrap_or_default().to_owned();
     assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
     assert!(!allow.contains("PUT"), "{allow}");
 
-    let reply = app.send(Method::PUT, "/api-keys/abc", None, None).await;
+    let reply = app.req(Method::PUT, "/api-keys/abc").send().await;
     assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
     let allow = reply.header("allow").unwrap_or_default().to_owned();
     for method in ["GET", "PATCH", "DELETE"] {
@@ -151,7 +152,7 @@ async fn api_responses_get_a_generated_request_id() {
     assert!(is_uuid(second_id), "{second_id}");
     assert_ne!(first_id, second_id);
     // Error answers of API routes carry one too.
-    let refused = app.send(Method::GET, "/api-keys", None, None).await;
+    let refused = app.req(Method::GET, "/api-keys").send().await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
     assert!(is_uuid(
         refused.header("x-request-id").expect("x-request-id")
@@ -162,10 +163,12 @@ async fn api_responses_get_a_generated_request_id() {
 async fn client_request_id_is_kept_whatever_the_header_case() {
     let app = spawn_app().await;
     for name in ["x-request-id", "X-Request-Id", "X-REQUEST-ID"] {
-        let reply = run(app
-            .master(Method::GET, "/api-keys")
-            .header(name, "my-trace-0001"))
-        .await;
+        let reply = app
+            .req(Method::GET, "/api-keys")
+            .as_master()
+            .header(name, "my-trace-0001")
+            .send()
+            .await;
         assert_eq!(reply.status, StatusCode::OK);
         assert_eq!(
             reply.header("x-request-id"),
@@ -173,10 +176,11 @@ async fn client_request_id_is_kept_whatever_the_header_case() {
             "{name}"
         );
     }
-    let reply = run(app
-        .request(Method::POST, "/login")
-        .header("X-Request-Id", "refused-0002"))
-    .await;
+    let reply = app
+        .req(Method::POST, "/login")
+        .header("X-Request-Id", "refused-0002")
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(reply.header("x-request-id"), Some("refused-0002"));
 }
@@ -184,15 +188,16 @@ async fn client_request_id_is_kept_whatever_the_header_case() {
 #[tokio::test]
 async fn cors_preflight_accepts_any_origin() {
     let app = spawn_app().await;
-    let reply = run(app
-        .request(Method::OPTIONS, "/api-keys")
+    let reply = app
+        .req(Method::OPTIONS, "/api-keys")
         .header("Origin", "https://example.com")
         .header("Access-Control-Request-Method", "POST")
         .header(
             "Access-Control-Request-Headers",
             "x-api-key, x-api-key-secret, content-type",
-        ))
-    .await;
+        )
+        .send()
+        .await;
     assert!(reply.status.is_success(), "{}", reply.status);
     assert_eq!(reply.header("access-control-allow-origin"), Some("*"));
 }
@@ -200,10 +205,12 @@ async fn cors_preflight_accepts_any_origin() {
 #[tokio::test]
 async fn api_responses_carry_cors_headers() {
     let app = spawn_app().await;
-    let reply = run(app
-        .master(Method::GET, "/api-keys")
-        .header("Origin", "https://example.com"))
-    .await;
+    let reply = app
+        .req(Method::GET, "/api-keys")
+        .as_master()
+        .header("Origin", "https://example.com")
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     let origin = reply
         .header("access-control-allow-origin")
@@ -216,11 +223,13 @@ async fn api_responses_carry_cors_headers() {
 #[tokio::test]
 async fn invalid_json_is_400_plain_text() {
     let app = spawn_app().await;
-    let reply = run(app
-        .master(Method::POST, "/api-keys")
+    let reply = app
+        .req(Method::POST, "/api-keys")
+        .as_master()
         .header("content-type", "application/json")
-        .body("{bad"))
-    .await;
+        .body("{bad")
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::BAD_REQUEST,
@@ -235,11 +244,13 @@ async fn body_over_two_megabytes_is_413() {
     let size = 2 * 1024 * 1024 + 10;
     let body = format!("\"{}\"", "a".repeat(size - 2));
     assert_eq!(body.len(), size);
-    let reply = run(app
-        .master(Method::POST, "/api-keys")
+    let reply = app
+        .req(Method::POST, "/api-keys")
+        .as_master()
         .header("content-type", "application/json")
-        .body(body))
-    .await;
+        .body(body)
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(
         reply.text,
@@ -251,17 +262,24 @@ async fn body_over_two_megabytes_is_413() {
 async fn missing_or_other_content_type_is_415() {
     let app = spawn_app().await;
     let body = r#"{"name":"k"}"#;
-    let without = run(app.master(Method::POST, "/api-keys").body(body)).await;
+    let without = app
+        .req(Method::POST, "/api-keys")
+        .as_master()
+        .body(body)
+        .send()
+        .await;
     assert_eq!(without.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(
         without.text,
         "Expected request with Content-Type: application/json"
     );
-    let other = run(app
-        .master(Method::POST, "/api-keys")
+    let other = app
+        .req(Method::POST, "/api-keys")
+        .as_master()
         .header("content-type", "text/plain")
-        .body(body))
-    .await;
+        .body(body)
+        .send()
+        .await;
     assert_eq!(other.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(
         other.text,
@@ -340,7 +358,9 @@ async fn invalid_uuid_in_path_is_400_invalid_url() {
     ] {
         let id = app.master_id.to_string();
         let reply = app
-            .send(method, path, Some((&id, &app.master_secret)), None)
+            .req(method, path)
+            .as_key((&id, &app.master_secret))
+            .send()
             .await;
         assert_plain(&reply, StatusCode::BAD_REQUEST, "Invalid URL: Cannot parse");
         assert!(reply.text.contains("abc"), "{path}: {}", reply.text);
@@ -436,6 +456,7 @@ async fn connections_closed_by_the_server_are_replaced_after_a_second_idle() {
     .await
     .unwrap();
     assert!(closed > 0, "no service connection was open");
+    // Time passes: the ping before use happens only after a second idle.
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     for _ in 0..5 {
         let reply = app.get("/pipelines").await;
@@ -470,7 +491,12 @@ async fn warm_connections_are_reused_most_recent_first() {
         opened.push(pool.acquire().await.unwrap());
     }
     drop(opened);
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    eventually(
+        "the four connections back idle in sqlx's pool",
+        std::time::Duration::from_secs(5),
+        || async { (pool.pg_pool().num_idle() >= 4).then_some(()) },
+    )
+    .await;
 
     let mut first = pool.acquire_warm().await.unwrap();
     let parked = backend(&mut first).await;

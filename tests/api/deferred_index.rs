@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with};
+use crate::helpers::{AppOptions, TestApp, eventually, spawn_app_with};
 
 const DIMENSIONS: usize = 64;
 
@@ -143,9 +143,9 @@ async fn assert_searches_exact(app: &TestApp, pid: &str, table: &str) {
 
 /// Polls the test database for up to 5 s for a backend running a statement that starts with
 /// `statement` and waits for a lock, and cancels its statement (`terminate`: ends its
-/// connection); whether it found one.
-async fn interrupt_waiting(app: &TestApp, statement: &str, terminate: bool) -> bool {
-    for _ in 0..100 {
+/// connection); fails the test with `what` when none comes.
+async fn interrupt_waiting(app: &TestApp, statement: &str, terminate: bool, what: &str) {
+    eventually(what, std::time::Duration::from_secs(5), || async {
         let interrupted: bool = sqlx::query_scalar(
             "SELECT coalesce(bool_or(CASE WHEN $2 THEN pg_terminate_backend(pid)
                                           ELSE pg_cancel_backend(pid) END), false)
@@ -158,12 +158,9 @@ async fn interrupt_waiting(app: &TestApp, statement: &str, terminate: bool) -> b
         .fetch_one(&app.pool)
         .await
         .expect("interrupt");
-        if interrupted {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    false
+        interrupted.then_some(())
+    })
+    .await;
 }
 
 /// One worker step in a task of its own.
@@ -210,6 +207,7 @@ async fn a_burst_is_stored_without_the_index_which_is_built_with_one_of_its_last
 
     // The second, once nothing was submitted for a second: 50 versions are left after it, so
     // the index is built in its transaction, over its rows too.
+    // Time passes: a second without submissions.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let second = app.step().await;
     assert_eq!(second.stored, 100, "{second:?}");
@@ -281,10 +279,13 @@ async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
     let pool = app.pool.clone();
     let build =
         tokio::spawn(async move { trove::store::ingestion::build_deferred_index(&pool, ve).await });
-    assert!(
-        interrupt_waiting(&app, "CREATE INDEX", true).await,
-        "the build waited for the writer"
-    );
+    interrupt_waiting(
+        &app,
+        "CREATE INDEX",
+        true,
+        "the build waited for the writer",
+    )
+    .await;
     assert!(build.await.expect("join").is_err(), "the build failed");
     writer.rollback().await.expect("rollback");
     assert_deferred_until_the_sweep(&app, &pid, &table).await;
@@ -297,6 +298,7 @@ async fn a_build_that_fails_in_the_last_group_leaves_the_group_stored_and_the_in
     submit(&app, &pid, 0, 150).await;
     assert_eq!(app.step().await.stored, 100);
     assert_eq!(index(&app, &table).await.0, None, "index deferred");
+    // Time passes: a second without submissions.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
 
     // The association's row is held, so the build's last statement waits; it is then cancelled.
@@ -307,10 +309,13 @@ async fn a_build_that_fails_in_the_last_group_leaves_the_group_stored_and_the_in
         .await
         .expect("row lock");
     let step = spawn_step(&app).await;
-    assert!(
-        interrupt_waiting(&app, "UPDATE vector_embeddings", false).await,
-        "the build waited for the association's row"
-    );
+    interrupt_waiting(
+        &app,
+        "UPDATE vector_embeddings",
+        false,
+        "the build waited for the association's row",
+    )
+    .await;
     let last = step.await.expect("join");
     assert_eq!((last.stored, last.failed), (50, 0), "{last:?}");
     holder.rollback().await.expect("release");
@@ -337,19 +342,15 @@ async fn a_burst_whose_last_batch_finds_recent_submissions_is_built_a_second_lat
     submit(&app, &pid, 150, 160).await;
     let last = app.step().await;
     assert_eq!(last.stored, 60, "{last:?}");
-    let mut built = false;
-    for _ in 0..100 {
-        let (oid, m, _) = index(&app, &table).await;
-        if oid.is_some() && m.is_none() {
-            built = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(
-        built,
-        "the index is built once the pipeline had no submission for a second"
-    );
+    eventually(
+        "the index built once the pipeline had no submission for a second",
+        std::time::Duration::from_secs(10),
+        || async {
+            let (oid, m, _) = index(&app, &table).await;
+            (oid.is_some() && m.is_none()).then_some(())
+        },
+    )
+    .await;
     assert_searches_exact(&app, &pid, &table).await;
 }
 
@@ -372,6 +373,7 @@ async fn a_group_waits_for_an_index_build_longer_than_the_statement_timeout() {
     .await
     .expect("lock");
     let step = spawn_step(&app).await;
+    // Time passes: the lock is held beyond the statement timeout.
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     build.commit().await.expect("release");
     let outcome = step.await.expect("join");
@@ -401,6 +403,7 @@ async fn the_build_at_the_end_of_a_burst_analyses_the_fragments() {
 
     // Two batches left and nothing submitted for a second: the index is built with the
     // seventh, and the table analysed in its transaction with the 700 fragments it then holds.
+    // Time passes: a second without submissions.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(app.step().await.stored, 100);
     assert!(index(&app, &table).await.0.is_some(), "index built");
@@ -430,7 +433,7 @@ async fn migration_13_rebuilds_the_index_in_half_precision_through_the_sweep() {
     let built = definition(&app).await.expect("index");
     assert!(built.contains("halfvec(64)"), "{built}");
 
-    // As a database before migration 13: the index on the vectors as stored.
+    // The schema migration 13 starts from: the index on the vectors as stored.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP INDEX {table}_hnsw;
          CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)
@@ -490,7 +493,7 @@ async fn migration_15_copies_the_scope_into_the_vector_table() {
     let before = indexes(&app).await;
     assert_eq!(before.len(), 5, "{before:?}");
 
-    // As a database before migration 15: no such columns, an index on every row.
+    // The schema migration 15 starts from: no such columns, an index on every row.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "ALTER TABLE {table} DROP COLUMN classification, DROP COLUMN metadata, DROP COLUMN live;
          CREATE INDEX {table}_hnsw ON {table}

@@ -1,13 +1,12 @@
 //! Documents, versions and fragments (addendum §6).
 
-use std::collections::HashMap;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    AppOptions, Reply, TempFile, TestApp, assert_error, assert_plain, assert_utc_timestamp,
-    data_of, ends_with_line_column, is_uuid, keys_of, run, spawn_app, spawn_app_with,
+    AppOptions, Reply, TestApp, assert_error, assert_invalid_order_by, assert_invalid_parameter,
+    assert_not_found_with_id, assert_plain, assert_utc_timestamp, data_of, ends_with_line_column,
+    eventually, is_uuid, keys_of, paragraphs, spawn_app, spawn_app_with_license,
     spawn_app_without_worker, str_of,
 };
 
@@ -52,32 +51,9 @@ fn version_of(body: &Value) -> i64 {
     body["version"].as_i64().expect("version")
 }
 
-fn assert_not_found_with_id(reply: &Reply, message: &str, id: &str) {
-    assert_error(reply, StatusCode::NOT_FOUND, message);
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!({"id": id}),
-        "{}",
-        reply.text
-    );
-}
-
-fn assert_invalid_parameter(reply: &Reply, error: &str) {
-    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!({"error": error}),
-        "{}",
-        reply.text
-    );
-}
-
 /// A text long enough for several fragments with the default splitter.
 fn long_text(word: &str) -> String {
-    (0..60)
-        .map(|i| format!("{word} paragraph {i} with a few more words to fill the line."))
-        .collect::<Vec<_>>()
-        .join("\n\n")
+    paragraphs(word, 60)
 }
 
 async fn versions_count(app: &TestApp, doc: &str) -> i64 {
@@ -255,28 +231,30 @@ async fn queue_added_counts_every_parsed_create_request() {
 
     // Not counted: no key, a wrong secret, invalid JSON, a wrong field type.
     let path = format!("/pipelines/{pid}/documents");
-    let reply = app.send(Method::POST, &path, None, Some(&ok)).await;
+    let reply = app.req(Method::POST, &path).json(&ok).send().await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     let id = app.master_id.to_string();
-    let reply = app
-        .send(Method::POST, &path, Some((&id, "wrong")), Some(&ok))
-        .await;
+    let reply = app.as_key((&id, "wrong")).post(&path, &ok).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
-    let reply = run(app
-        .master(Method::POST, &path)
+    let reply = app
+        .req(Method::POST, &path)
+        .as_master()
         .header("content-type", "application/json")
-        .body("{not json"))
-    .await;
+        .body("{not json")
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::BAD_REQUEST,
         "Failed to parse the request body as JSON",
     );
-    let reply = run(app
-        .master(Method::POST, "/documents")
+    let reply = app
+        .req(Method::POST, "/documents")
+        .as_master()
         .header("content-type", "application/json")
-        .body(r#"{"pipeline_id": x}"#))
-    .await;
+        .body(r#"{"pipeline_id": x}"#)
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::BAD_REQUEST,
@@ -323,21 +301,13 @@ async fn create_errors_name_the_first_failed_check() {
     for permissions in [json!({"pipelines": 5}), json!({})] {
         let key = app.create_key(permissions, json!(["*"])).await;
         let reply = app
-            .send_as(
-                &key,
-                Method::POST,
-                &format!("/pipelines/{pid}/documents"),
-                Some(&good(json!({}))),
-            )
+            .as_key(&key)
+            .post(&format!("/pipelines/{pid}/documents"), &good(json!({})))
             .await;
         assert_error(&reply, StatusCode::FORBIDDEN, &forbidden);
         let reply = app
-            .send_as(
-                &key,
-                Method::POST,
-                "/documents",
-                Some(&good(json!({"pipeline_id": pid}))),
-            )
+            .as_key(&key)
+            .post("/documents", &good(json!({"pipeline_id": pid})))
             .await;
         assert_error(&reply, StatusCode::FORBIDDEN, &forbidden);
     }
@@ -352,17 +322,11 @@ async fn create_errors_name_the_first_failed_check() {
         .await;
     let path = format!("/pipelines/{pid}/documents");
     let reply = app
-        .send_as(
-            &public_only,
-            Method::POST,
-            &path,
-            Some(&good(json!({"classification": "internal"}))),
-        )
+        .as_key(&public_only)
+        .post(&path, &good(json!({"classification": "internal"})))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Classification not found");
-    let reply = app
-        .send_as(&public_only, Method::POST, &path, Some(&good(json!({}))))
-        .await;
+    let reply = app.as_key(&public_only).post(&path, &good(json!({}))).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     // Existence comes before validation.
     let reply = app
@@ -467,12 +431,13 @@ async fn create_errors_name_the_first_failed_check() {
 
 #[tokio::test]
 async fn a_document_limit_refuses_new_documents_but_not_new_versions() {
-    let license = TempFile::new(r#"{"limits": {"documents": 1}}"#);
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        env: HashMap::from([("TROVE_LICENSE".to_owned(), license.path())]),
-        ..AppOptions::default()
-    })
+    let (app, _license) = spawn_app_with_license(
+        r#"{"limits": {"documents": 1}}"#,
+        AppOptions {
+            no_worker: true,
+            ..AppOptions::default()
+        },
+    )
     .await;
     let pid = app.new_pipeline_id(json!({})).await;
     let first = app.submit_text(&pid, "first", "one").await;
@@ -625,10 +590,10 @@ async fn reads_select_current_exact_or_as_of_versions() {
         .await;
     assert_not_found_with_id(&reply, "Pipeline not found", &missing);
     let key = app.create_key(json!({"pipelines": 3}), json!(["*"])).await;
-    let reply = app.send_as(&key, Method::GET, &path, None).await;
+    let reply = app.as_key(&key).get(&path).await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
     let reader = app.create_key(json!({"pipelines": 4}), json!([])).await;
-    let reply = app.send_as(&reader, Method::GET, &path, None).await;
+    let reply = app.as_key(&reader).get(&path).await;
     assert_eq!(
         reply.status,
         StatusCode::OK,
@@ -785,29 +750,15 @@ async fn document_list_filters_and_orders() {
         let reply = app
             .get(&format!("/pipelines/{pid}/documents?order_by={field}"))
             .await;
-        assert_error(
-            &reply,
-            StatusCode::BAD_REQUEST,
-            "Invalid order_by parameter",
-        );
-        assert_eq!(
-            reply.body["error"]["details"],
-            json!([field]),
-            "{}",
-            reply.text
-        );
+        assert_invalid_order_by(&reply, json!([field]));
     }
 
     // Without read on the pipeline: 404.
     for permissions in [json!({}), json!({"pipelines": 2})] {
         let key = app.create_key(permissions, json!(["*"])).await;
         let reply = app
-            .send_as(
-                &key,
-                Method::GET,
-                &format!("/pipelines/{pid}/documents"),
-                None,
-            )
+            .as_key(&key)
+            .get(&format!("/pipelines/{pid}/documents"))
             .await;
         assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
     }
@@ -947,7 +898,7 @@ async fn expiry_and_deletion_need_write_and_the_classification_in_the_allow_list
         internal_path.clone(),
         format!("{internal_path}?expire=true"),
     ] {
-        let reply = app.send_as(&public_only, Method::DELETE, &path, None).await;
+        let reply = app.as_key(&public_only).delete(&path).await;
         assert_error(&reply, StatusCode::FORBIDDEN, &forbidden);
     }
     assert_eq!(versions_count(&app, str_of(&internal, "id")).await, 1);
@@ -955,9 +906,7 @@ async fn expiry_and_deletion_need_write_and_the_classification_in_the_allow_list
     assert_eq!(reply.body[0]["expired_at"], Value::Null, "not expired");
 
     let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
-    let reply = app
-        .send_as(&reader, Method::DELETE, &public_path, None)
-        .await;
+    let reply = app.as_key(&reader).delete(&public_path).await;
     assert_error(&reply, StatusCode::FORBIDDEN, &forbidden);
     let missing = uuid::Uuid::new_v4().to_string();
     let reply = app
@@ -969,22 +918,14 @@ async fn expiry_and_deletion_need_write_and_the_classification_in_the_allow_list
     assert_not_found_with_id(&reply, "Pipeline not found", &missing);
 
     let reply = app
-        .send_as(
-            &public_only,
-            Method::DELETE,
-            &format!("{public_path}?expire=true"),
-            None,
-        )
+        .as_key(&public_only)
+        .delete(&format!("{public_path}?expire=true"))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body.as_array().map(Vec::len), Some(1));
-    let reply = app
-        .send_as(&public_only, Method::DELETE, &public_path, None)
-        .await;
+    let reply = app.as_key(&public_only).delete(&public_path).await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
-    let reply = app
-        .send_as(&reader, Method::DELETE, &internal_path, None)
-        .await;
+    let reply = app.as_key(&reader).delete(&internal_path).await;
     assert_error(&reply, StatusCode::FORBIDDEN, &forbidden);
     let reply = app.delete(&internal_path).await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
@@ -1129,12 +1070,8 @@ async fn fragments_of_a_version() {
     assert_not_found_with_id(&reply, "Document not found", &doc);
     let key = app.create_key(json!({}), json!(["*"])).await;
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("{path}?version={}", version_of(&v1)),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("{path}?version={}", version_of(&v1)))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
 }
@@ -1241,12 +1178,8 @@ async fn fragments_by_id_in_request_order() {
     assert_not_found_with_id(&reply, "Pipeline not found", &missing);
     let key = app.create_key(json!({"pipelines": 3}), json!(["*"])).await;
     let reply = app
-        .send_as(
-            &key,
-            Method::GET,
-            &format!("/pipelines/{pid}/fragments?id={a}"),
-            None,
-        )
+        .as_key(&key)
+        .get(&format!("/pipelines/{pid}/fragments?id={a}"))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
 }
@@ -1332,20 +1265,19 @@ async fn a_batch_is_stored_in_order_and_processed() {
     assert!(versions.iter().all(|v| v["status"] == "pending"));
 
     // Each item is queued: the worker processes all of them.
-    let mut pending = 3;
-    for _ in 0..50 {
-        let list = app
-            .get(&format!(
-                "/pipelines/{pid}/documents?status=success&count=true"
-            ))
-            .await;
-        if list.body["page_info"]["count"] == json!(2) {
-            pending = 0;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(pending, 0, "both documents processed");
+    eventually(
+        "both documents processed",
+        std::time::Duration::from_secs(5),
+        || async {
+            let list = app
+                .get(&format!(
+                    "/pipelines/{pid}/documents?status=success&count=true"
+                ))
+                .await;
+            (list.body["page_info"]["count"] == json!(2)).then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -1397,11 +1329,10 @@ async fn an_invalid_item_stores_nothing() {
 
 #[tokio::test]
 async fn a_batch_needs_write_and_counts_against_the_license() {
-    let license = TempFile::new(r#"{"expires_at": null, "limits": {"documents": 2}}"#);
-    let app = spawn_app_with(AppOptions {
-        env: [("TROVE_LICENSE".to_owned(), license.path())].into(),
-        ..AppOptions::default()
-    })
+    let (app, _license) = spawn_app_with_license(
+        r#"{"expires_at": null, "limits": {"documents": 2}}"#,
+        AppOptions::default(),
+    )
     .await;
     let pid = app.new_pipeline_id(json!({})).await;
     let path = format!("/pipelines/{pid}/documents/batch");
@@ -1429,12 +1360,8 @@ async fn a_batch_needs_write_and_counts_against_the_license() {
 
     let key = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
     let reply = app
-        .send_as(
-            &key,
-            Method::POST,
-            &path,
-            Some(&json!({"documents": [item("d")]})),
-        )
+        .as_key(&key)
+        .post(&path, &json!({"documents": [item("d")]}))
         .await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text);
 }

@@ -181,6 +181,14 @@ impl Answer {
         }
     }
 
+    /// "Hello" then a hundred more chunks, 50 ms apart: an answer still being generated for
+    /// 5 s after its first chunk.
+    pub fn long_paced_hello() -> Self {
+        let mut chunks = vec!["Hello".to_owned()];
+        chunks.extend((0..100).map(|i| format!(" {i}")));
+        Self::new(chunks).paced(Duration::from_millis(50))
+    }
+
     /// Waits `pace` before each content chunk after the first.
     pub fn paced(mut self, pace: Duration) -> Self {
         self.pace = Some(pace);
@@ -293,6 +301,13 @@ impl FakeLlm {
     /// one already did). Wrap it in a timeout.
     pub async fn client_left(&self) {
         self.shared.client_left.notified().await;
+    }
+
+    /// Fails the test unless a client went away (see [`FakeLlm::client_left`]) within 2 s.
+    pub async fn assert_client_left(&self, who: &str) {
+        tokio::time::timeout(Duration::from_secs(2), self.client_left())
+            .await
+            .unwrap_or_else(|_| panic!("the fake saw {who} leave within 2 s"));
     }
 
     /// Every exchange so far, in arrival order.
@@ -658,6 +673,7 @@ fn streamed(
                     if content {
                         if let (true, Some(pace)) = (state.sent_content, state.pace) {
                             tokio::select! {
+                                // The scripted pace between content frames.
                                 () = tokio::time::sleep(pace) => {}
                                 // Ending with the guard armed reports the departure.
                                 () = client_gone(&mut closed) => return None,

@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use sea_query::{Alias, PostgresQueryBuilder, Query};
 use serde_json::{Map, Value, json};
 use trove_query::filter::{self, Filter, TeqExpansions};
 
-use crate::helpers::{TestApp, spawn_app_without_worker};
+use crate::helpers::{TestApp, percent_encode, spawn_app_without_worker};
 
 /// The longest a case may take (generous: the machine is shared).
 const CASE_BOUND: Duration = Duration::from_secs(5);
@@ -291,22 +291,9 @@ async fn pipeline(app: &TestApp) -> String {
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
-    let worker = trove::startup::build_worker(&app.state).await.unwrap();
-    let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
+    let outcome = app.step().await;
     assert_eq!(outcome.stored, 5, "{outcome:?}");
     pid
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Sends the filter through HTTP; returns the status, or a description of what is wrong.
@@ -321,15 +308,13 @@ async fn through_http(
         let body = format!(
             r#"{{"query":"fuzz document","type":"similarity","classification":"public","params":{{"k":3}},"filters":{text}}}"#
         );
-        TestApp::reply(
-            app.master(reqwest::Method::POST, &format!("/pipelines/{pid}/search"))
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| e.to_string())?,
-        )
-        .await
+        app.req(Method::POST, &format!("/pipelines/{pid}/search"))
+            .as_master()
+            .header("content-type", "application/json")
+            .body(body)
+            .try_send()
+            .await
+            .map_err(|e| e.to_string())?
     } else {
         app.get(&format!(
             "/pipelines/{pid}/documents?metadata={}",

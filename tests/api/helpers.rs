@@ -11,6 +11,8 @@ use trove::config::{Config, QueueNames};
 use trove::startup::Application;
 use uuid::Uuid;
 
+use crate::database::{admin_url, url_with_db};
+
 /// The master key every test app is installed with.
 pub const MASTER_SECRET: &str = "MasterMasterMasterMasterMasterMasterMaster+/0123";
 
@@ -47,25 +49,8 @@ impl Reply {
     }
 }
 
-fn admin_url() -> String {
-    std::env::var("TROVE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://trove@127.0.0.1:55432/postgres".to_owned())
-}
-
 fn nats_url() -> String {
     std::env::var("TROVE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:54222".to_owned())
-}
-
-fn url_with_db(admin: &str, db: &str) -> String {
-    // Replace the path (database name) of the admin URL, keeping any query string.
-    let (base, query) = admin
-        .split_once('?')
-        .map_or((admin, None), |(b, q)| (b, Some(q)));
-    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
-    match query {
-        Some(q) => format!("{root}/{db}?{q}"),
-        None => format!("{root}/{db}"),
-    }
 }
 
 /// The template's name changes whenever a migration changes.
@@ -83,8 +68,8 @@ fn template_name() -> String {
 const STALE_AFTER_SECONDS: u64 = 1800;
 
 /// Drops, once per test process, the test databases of earlier runs: named
-/// `trove_test_<unix seconds>_<uuid>` and older than [`STALE_AFTER_SECONDS`] (or named
-/// `trove_test_<uuid>`, the form before the time was part of the name). Tests leave their
+/// `trove_test_<unix seconds>_<uuid>` and older than [`STALE_AFTER_SECONDS`], or named
+/// `trove_test_<uuid>` (no time: always stale). Tests leave their
 /// databases behind; a server that runs the tests again and again would otherwise collect
 /// thousands, and autovacuum visits every one. Templates of earlier migrations go too. A
 /// database still connected to is kept (`DROP DATABASE` refuses it).
@@ -294,83 +279,223 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
     }
 }
 
-impl TestApp {
-    /// Sends a request with the given key (or none) and optional JSON body.
-    pub async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        key: Option<(&str, &str)>,
-        body: Option<&Value>,
-    ) -> Reply {
-        let mut request = self
-            .client
-            .request(method, format!("{}{}", self.address, path));
-        if let Some((id, secret)) = key {
-            request = request
-                .header("x-api-key", id)
-                .header("x-api-key-secret", secret);
-        }
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        Self::reply(request.send().await.expect("request sent")).await
+/// An API key as `(id, secret)`: anything [`Req::as_key`] takes.
+pub trait Credentials {
+    fn pair(&self) -> (String, String);
+}
+
+impl Credentials for (String, String) {
+    fn pair(&self) -> (String, String) {
+        self.clone()
+    }
+}
+
+impl Credentials for (&str, &str) {
+    fn pair(&self) -> (String, String) {
+        (self.0.to_owned(), self.1.to_owned())
+    }
+}
+
+impl Credentials for (&String, &str) {
+    fn pair(&self) -> (String, String) {
+        (self.0.clone(), self.1.to_owned())
+    }
+}
+
+impl Credentials for (&String, &String) {
+    fn pair(&self) -> (String, String) {
+        (self.0.clone(), self.1.clone())
+    }
+}
+
+impl<C: Credentials + ?Sized> Credentials for &C {
+    fn pair(&self) -> (String, String) {
+        (**self).pair()
+    }
+}
+
+/// A request to the test app, built with [`TestApp::req`]: no key unless [`Req::as_key`] or
+/// [`Req::as_master`] sets one.
+#[must_use = "a request does nothing until sent"]
+pub struct Req {
+    builder: reqwest::RequestBuilder,
+    key: Option<(String, String)>,
+    master: (String, String),
+}
+
+impl Req {
+    /// Sends the key as `x-api-key` / `x-api-key-secret`.
+    #[expect(
+        clippy::wrong_self_convention,
+        reason = "a builder step, read as `req.as_key(key)` like `app.as_key(key)`"
+    )]
+    pub fn as_key(mut self, key: impl Credentials) -> Self {
+        self.key = Some(key.pair());
+        self
     }
 
-    /// Turns a reqwest response into a [`Reply`].
-    pub async fn reply(response: reqwest::Response) -> Reply {
+    /// Sends the master key.
+    #[expect(
+        clippy::wrong_self_convention,
+        reason = "a builder step, read as `req.as_master()`"
+    )]
+    pub fn as_master(mut self) -> Self {
+        self.key = Some(self.master.clone());
+        self
+    }
+
+    /// A JSON body.
+    pub fn json<T: serde::Serialize + ?Sized>(mut self, body: &T) -> Self {
+        self.builder = self.builder.json(body);
+        self
+    }
+
+    /// A JSON body when there is one.
+    pub fn json_opt<T: serde::Serialize + ?Sized>(self, body: Option<&T>) -> Self {
+        match body {
+            Some(body) => self.json(body),
+            None => self,
+        }
+    }
+
+    /// A raw body (no content type unless set with [`Req::header`]).
+    pub fn body(mut self, body: impl Into<reqwest::Body>) -> Self {
+        self.builder = self.builder.body(body);
+        self
+    }
+
+    /// One more header (added after any earlier one of the same name).
+    pub fn header<V>(mut self, name: &str, value: V) -> Self
+    where
+        V: TryInto<reqwest::header::HeaderValue>,
+        V::Error: std::fmt::Debug,
+    {
+        let value = value.try_into().expect("header value");
+        self.builder = self.builder.header(name, value);
+        self
+    }
+
+    fn build(self) -> reqwest::RequestBuilder {
+        match self.key {
+            Some((id, secret)) => self
+                .builder
+                .header("x-api-key", id)
+                .header("x-api-key-secret", secret),
+            None => self.builder,
+        }
+    }
+
+    /// Sends the request and reads the whole response.
+    pub async fn send(self) -> Reply {
+        self.try_send().await.expect("request sent")
+    }
+
+    /// Sends the request and reads the whole response; a request that could not be sent is an
+    /// error rather than a failed test.
+    pub async fn try_send(self) -> Result<Reply, reqwest::Error> {
+        Ok(Reply::read(self.build().send().await?).await)
+    }
+
+    /// Sends the request; the response unread (a test that reads a stream as it comes).
+    pub async fn stream(self) -> reqwest::Response {
+        self.build().send().await.expect("request sent")
+    }
+}
+
+impl Reply {
+    /// Reads a whole response.
+    pub async fn read(response: reqwest::Response) -> Self {
         let status = response.status();
         let headers = response.headers().clone();
         let text = response.text().await.expect("body");
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply {
+        Self {
             status,
             headers,
             text,
             body,
         }
     }
+}
 
-    /// A request builder with the master key set.
-    pub fn master(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.client
-            .request(method, format!("{}{}", self.address, path))
-            .header("x-api-key", self.master_id.to_string())
-            .header("x-api-key-secret", &self.master_secret)
+/// The shorthands of [`TestApp`] with a key other than the master key ([`TestApp::as_key`]).
+pub struct Keyed<'a> {
+    app: &'a TestApp,
+    key: (String, String),
+}
+
+impl Keyed<'_> {
+    fn req(&self, method: Method, path: &str) -> Req {
+        self.app.req(method, path).as_key(&self.key)
     }
 
+    /// `GET` with this key.
     pub async fn get(&self, path: &str) -> Reply {
-        let id = self.master_id.to_string();
-        self.send(Method::GET, path, Some((&id, &self.master_secret)), None)
-            .await
+        self.req(Method::GET, path).send().await
     }
 
+    /// `POST` of a JSON body with this key.
     pub async fn post(&self, path: &str, body: &Value) -> Reply {
-        let id = self.master_id.to_string();
-        self.send(
-            Method::POST,
-            path,
-            Some((&id, &self.master_secret)),
-            Some(body),
-        )
-        .await
+        self.req(Method::POST, path).json(body).send().await
     }
 
+    /// `PATCH` of a JSON body with this key.
     pub async fn patch(&self, path: &str, body: &Value) -> Reply {
-        let id = self.master_id.to_string();
-        self.send(
-            Method::PATCH,
-            path,
-            Some((&id, &self.master_secret)),
-            Some(body),
-        )
-        .await
+        self.req(Method::PATCH, path).json(body).send().await
     }
 
+    /// `DELETE` with this key.
     pub async fn delete(&self, path: &str) -> Reply {
-        let id = self.master_id.to_string();
-        self.send(Method::DELETE, path, Some((&id, &self.master_secret)), None)
+        self.req(Method::DELETE, path).send().await
+    }
+}
+
+impl TestApp {
+    /// A request without a key: add one with [`Req::as_key`] or [`Req::as_master`].
+    pub fn req(&self, method: Method, path: &str) -> Req {
+        Req {
+            builder: self
+                .client
+                .request(method, format!("{}{}", self.address, path)),
+            key: None,
+            master: self.master_key(),
+        }
+    }
+
+    /// The shorthands below sent with another key: `app.as_key(&key).get(path)`.
+    pub fn as_key(&self, key: impl Credentials) -> Keyed<'_> {
+        Keyed {
+            app: self,
+            key: key.pair(),
+        }
+    }
+
+    /// `GET` with the master key.
+    pub async fn get(&self, path: &str) -> Reply {
+        self.req(Method::GET, path).as_master().send().await
+    }
+
+    /// `POST` of a JSON body with the master key.
+    pub async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.req(Method::POST, path)
+            .as_master()
+            .json(body)
+            .send()
             .await
+    }
+
+    /// `PATCH` of a JSON body with the master key.
+    pub async fn patch(&self, path: &str, body: &Value) -> Reply {
+        self.req(Method::PATCH, path)
+            .as_master()
+            .json(body)
+            .send()
+            .await
+    }
+
+    /// `DELETE` with the master key.
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.req(Method::DELETE, path).as_master().send().await
     }
 
     /// Creates a key with the master key; returns `(id, secret)`.
@@ -386,42 +511,6 @@ impl TestApp {
             reply.body["id"].as_str().expect("id").to_owned(),
             reply.body["secret"].as_str().expect("secret").to_owned(),
         )
-    }
-
-    /// Sends with another key.
-    pub async fn send_as(
-        &self,
-        key: &(String, String),
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Reply {
-        self.send(method, path, Some((&key.0, &key.1)), body).await
-    }
-}
-
-/// Sends a prepared request and turns the response into a [`Reply`].
-pub async fn run(builder: reqwest::RequestBuilder) -> Reply {
-    TestApp::reply(builder.send().await.expect("request sent")).await
-}
-
-impl TestApp {
-    /// A request builder without any key.
-    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.client
-            .request(method, format!("{}{}", self.address, path))
-    }
-
-    /// A request builder with the given key.
-    pub fn request_as(
-        &self,
-        key: &(String, String),
-        method: Method,
-        path: &str,
-    ) -> reqwest::RequestBuilder {
-        self.request(method, path)
-            .header("x-api-key", &key.0)
-            .header("x-api-key-secret", &key.1)
     }
 
     /// The master key as a `(id, secret)` pair.
@@ -475,6 +564,17 @@ pub fn assert_plain(reply: &Reply, status: StatusCode, prefix: &str) {
         "expected a body starting {prefix:?}, got {:?}",
         reply.text
     );
+    assert_not_json(reply);
+}
+
+/// Asserts a plain-text (non-JSON) error: status and exact body.
+pub fn assert_text(reply: &Reply, status: StatusCode, text: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text);
+    assert_eq!(reply.text, text);
+    assert_not_json(reply);
+}
+
+fn assert_not_json(reply: &Reply) {
     assert!(
         !reply
             .header("content-type")
@@ -529,6 +629,20 @@ pub const OBJECT_TYPES: [&str; 13] = [
     "taxonomies",
     "text-splitter-providers",
     "text-splitters",
+];
+
+/// The fields of a search result (a fragment with its `embedding`), sorted.
+pub const SEARCH_RESULT_FIELDS: [&str; 10] = [
+    "classification",
+    "document_id",
+    "embedding",
+    "expired_at",
+    "id",
+    "metadata",
+    "order_id",
+    "page_content",
+    "score",
+    "version",
 ];
 
 /// The all-zero object id of type entries.
@@ -624,6 +738,23 @@ pub fn keys_of(value: &Value) -> Vec<String> {
         .collect();
     keys.sort();
     keys
+}
+
+/// `GET path` with the master key, expecting 200; the body.
+pub async fn ok(app: &TestApp, path: &str) -> Value {
+    let reply = app.get(path).await;
+    assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text);
+    reply.body
+}
+
+/// The keys of a JSON object, as a set.
+pub fn key_set(value: &Value) -> std::collections::BTreeSet<&str> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
 }
 
 /// `data` of a list envelope.
@@ -734,7 +865,7 @@ impl TestApp {
 
     /// The value of a metric of `GET /metrics` (0 when absent).
     pub async fn api_metric(&self, name: &str) -> f64 {
-        let reply = self.send(Method::GET, "/metrics", None, None).await;
+        let reply = self.req(Method::GET, "/metrics").send().await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
         metric_value(&reply.text, name).unwrap_or(0.0)
     }
@@ -759,4 +890,180 @@ where
     let acceptor = poem::listener::TcpAcceptor::from_std(listener).expect("acceptor");
     tokio::spawn(poem::Server::new_with_acceptor(acceptor).run(endpoint));
     address
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lists, errors and permission messages shared by the resource modules.
+// ---------------------------------------------------------------------------------------------
+
+/// The `name` of each object of a list envelope's `data`.
+pub fn names(body: &Value) -> Vec<String> {
+    body["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no data: {body}"))
+        .iter()
+        .map(|o| o["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+/// The `id` of each object of a list envelope's `data`.
+pub fn ids(body: &Value) -> Vec<String> {
+    body["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no data: {body}"))
+        .iter()
+        .map(|o| o["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Asserts `400 Invalid order_by parameter` whose `details` list the refused fields.
+pub fn assert_invalid_order_by(reply: &Reply, fields: Value) {
+    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid order_by parameter");
+    assert_eq!(reply.body["error"]["details"], fields, "{}", reply.text);
+}
+
+/// Asserts `400 Invalid parameter` whose `details.error` is `reason`.
+pub fn assert_invalid(reply: &Reply, reason: &str) {
+    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
+    assert_eq!(
+        reply.body["error"]["details"]["error"], reason,
+        "{}",
+        reply.text
+    );
+}
+
+/// Asserts `400 Invalid parameter` whose `details` are exactly `{"error": reason}`.
+pub fn assert_invalid_parameter(reply: &Reply, reason: &str) {
+    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
+    assert_eq!(
+        reply.body["error"]["details"],
+        serde_json::json!({"error": reason}),
+        "{}",
+        reply.text
+    );
+}
+
+/// Asserts a 404 with `message` whose `details.id` is `id`.
+pub fn assert_not_found(reply: &Reply, message: &str, id: &str) {
+    assert_error(reply, StatusCode::NOT_FOUND, message);
+    assert_eq!(reply.body["error"]["details"]["id"], id, "{}", reply.text);
+}
+
+/// Asserts a 404 with `message` whose `details` are exactly `{"id": id}`.
+pub fn assert_not_found_with_id(reply: &Reply, message: &str, id: &str) {
+    assert_error(reply, StatusCode::NOT_FOUND, message);
+    assert_eq!(
+        reply.body["error"]["details"],
+        serde_json::json!({"id": id}),
+        "{}",
+        reply.text
+    );
+}
+
+/// The 403 message of a key lacking `level` (`WRITE`, `READ | EXECUTE`, …) on the objects of
+/// `object_type` (`id` of one object, or none for the type, as on creation).
+pub fn denied(level: &str, object_type: &str, id: Option<&str>) -> String {
+    let id = id.map_or_else(|| "None".to_owned(), |id| format!("Some({id})"));
+    format!(
+        "Unauthorized: access level AccessLevel({level}) required for {object_type} with id {id}"
+    )
+}
+
+/// The 403 message of a change without write on the object `id`.
+pub fn write_denied(object_type: &str, id: &str) -> String {
+    denied("WRITE", object_type, Some(id))
+}
+
+/// The 403 message of a creation without write on the type.
+pub fn create_denied(object_type: &str) -> String {
+    denied("WRITE", object_type, None)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time, ports and licenses.
+// ---------------------------------------------------------------------------------------------
+
+/// Fails the test instead of hanging it (10 s).
+pub async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), future)
+        .await
+        .expect("finished in time")
+}
+
+/// Polls `check` until it returns `Some`, for at most `timeout` (every fiftieth of it, between
+/// 10 and 200 ms); returns that value, or fails the test saying what was awaited. `check` may
+/// itself assert on what it sees meanwhile.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    let every = (timeout / 50).clamp(
+        std::time::Duration::from_millis(10),
+        std::time::Duration::from_millis(200),
+    );
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "still waiting after {timeout:?}: {what}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// A free TCP port of 127.0.0.1 (free when asked: the caller binds it soon after).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    listener.local_addr().expect("address").port()
+}
+
+/// Every byte but ASCII letters and digits as `%XX`.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Starts an app under the license `content` (with other `options`); the file lives as long
+/// as the returned [`TempFile`].
+pub async fn spawn_app_with_license(content: &str, options: AppOptions) -> (TestApp, TempFile) {
+    let file = TempFile::new(content);
+    let mut options = options;
+    options.env.insert("TROVE_LICENSE".to_owned(), file.path());
+    (spawn_app_with(options).await, file)
+}
+
+/// The `content-type` of a response ("" when absent).
+pub fn content_type(response: &reqwest::Response) -> &str {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+/// The id of the (only) embedding model of a pipeline body.
+pub fn model_of(pipeline: &Value) -> String {
+    let models = pipeline["embedding_models"]
+        .as_object()
+        .expect("embedding models");
+    str_of(models.values().next().expect("one model"), "id").to_owned()
+}
+
+/// A text of `count` paragraphs about `word` (several fragments with the default splitter).
+pub fn paragraphs(word: &str, count: usize) -> String {
+    (0..count)
+        .map(|i| format!("{word} paragraph {i} with a few more words to fill the line."))
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }

@@ -245,14 +245,72 @@ async fn the_fused_order_is_the_rrf_of_the_two_lists_obtained_separately() {
     let app = hybrid_app("hybrid").await;
     let pid = notes_pipeline(&app, json!({})).await;
     let classifications = vec!["public".to_owned(), "internal".to_owned()];
-    let cases = [
-        ("days of work from home and travel", 3, 60.0, 1.0, 1.0, 10),
-        ("certificate expired broker", 5, 1.0, 1.0, 0.5, 4),
-        ("max_connections pool option", 10, 2.5, 0.2, 1.0, 6),
-        ("public holidays parking January", 2, 60.0, 1.0, 0.0, 10),
-        ("laptops ordered service desk", 8, 30.0, 0.0, 3.0, 3),
+    let mut cases = vec![
+        (
+            "days of work from home and travel".to_owned(),
+            3,
+            60.0,
+            1.0,
+            1.0,
+            10,
+        ),
+        ("certificate expired broker".to_owned(), 5, 1.0, 1.0, 0.5, 4),
+        (
+            "max_connections pool option".to_owned(),
+            10,
+            2.5,
+            0.2,
+            1.0,
+            6,
+        ),
+        (
+            "public holidays parking January".to_owned(),
+            2,
+            60.0,
+            1.0,
+            0.0,
+            10,
+        ),
+        (
+            "laptops ordered service desk".to_owned(),
+            8,
+            30.0,
+            0.0,
+            3.0,
+            3,
+        ),
     ];
+    // And cases drawn at random (a fixed seed, so a failure can be replayed): queries of two
+    // to four words of the notes, any k and candidates, any constant and weights.
+    let words: Vec<&str> = NOTES
+        .iter()
+        .flat_map(|(_, _, text, _)| text.split_whitespace())
+        .collect();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(20_261_128);
+    for _ in 0..15 {
+        use rand::Rng;
+        let length = rng.random_range(2..=4);
+        let query: Vec<&str> = (0..length)
+            .map(|_| words[rng.random_range(0..words.len())])
+            .collect();
+        let weights = [0.0, 0.3, 1.0, 2.0];
+        let similarity_weight = weights[rng.random_range(0..weights.len())];
+        let full_text_weight = if similarity_weight == 0.0 {
+            weights[rng.random_range(1..weights.len())]
+        } else {
+            weights[rng.random_range(0..weights.len())]
+        };
+        cases.push((
+            query.join(" "),
+            rng.random_range(1..=10),
+            rng.random_range(0.1..100.0),
+            similarity_weight,
+            full_text_weight,
+            rng.random_range(1..=12),
+        ));
+    }
     for (query, k, rrf_k, similarity_weight, full_text_weight, fetch_k) in cases {
+        let query = query.as_str();
         let hybrid = search(
             &app,
             &pid,
@@ -443,16 +501,14 @@ async fn hybrid_placeholders_retrieve_through_the_same_search() {
     );
     let agent = created.body["id"].as_str().unwrap();
     let dry_run = app
-        .master(reqwest::Method::POST, &format!("/agents/{agent}/search"))
-        .header("x-pipeline-id", &pid)
+        .req(reqwest::Method::POST, &format!("/agents/{agent}/search"))
+        .as_master()
+        .header("x-pipeline-id", pid.as_str())
         .json(&json!({"variables": {"q": "error E4711 certificate"}, "classification": "internal"}))
         .send()
-        .await
-        .unwrap();
-    let status = dry_run.status();
-    let body: Value = dry_run.json().await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let text = body.to_string();
+        .await;
+    assert_eq!(dry_run.status, StatusCode::OK, "{}", dry_run.text);
+    let text = dry_run.text;
     assert!(text.contains("E4711"), "{text}");
     assert!(text.contains("full_text_rank"), "{text}");
 

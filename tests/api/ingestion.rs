@@ -1,54 +1,15 @@
 //! Pipelines, documents and the ingestion worker, end to end.
 
-use std::time::Duration;
-
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app_without_worker};
 
-/// The id of a seeded object by name.
-async fn seeded_id(app: &TestApp, path: &str, name: &str) -> String {
-    let reply = app.get(&format!("{path}?name={name}")).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    reply.body["data"][0]["id"]
-        .as_str()
-        .expect("seeded object")
-        .to_owned()
-}
-
-/// Creates a pipeline on the `default` model and the `recursive-character` splitter.
-async fn create_pipeline(app: &TestApp, extra: Value) -> Value {
-    let model = seeded_id(app, "/embedding-models", "default").await;
-    let splitter = seeded_id(app, "/text-splitters", "recursive-character").await;
-    let mut body = json!({
-        "name": format!("p-{}", uuid::Uuid::new_v4().simple()),
-        "embedding_model_id": model,
-        "default_text_splitter_id": splitter,
-        "classifications": ["public", "internal"],
-        "hierarchy": [["internal", "public"]],
-        "metadata_schema": {"type": "object", "properties": {"year": {"type": "integer"}, "team": {"type": "string"}}},
-    });
-    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
-        body.extend(extra.clone());
-    }
-    let reply = app.post("/pipelines", &body).await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
-    reply.body
-}
-
-async fn step(app: &TestApp) -> trove::ingest::worker::StepOutcome {
-    let worker = trove::startup::build_worker(&app.state)
-        .await
-        .expect("worker");
-    worker.step(Duration::from_millis(300)).await.expect("step")
-}
-
 /// Runs worker steps until `documents` versions are stored (ten at most).
 async fn store_all(app: &TestApp, documents: usize) {
     let mut stored = 0;
     for _ in 0..10 {
-        stored += step(app).await.stored;
+        stored += app.step().await.stored;
         if stored == documents {
             break;
         }
@@ -59,7 +20,7 @@ async fn store_all(app: &TestApp, documents: usize) {
 #[tokio::test]
 async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
     let app = spawn_app_without_worker().await;
-    let pipeline = create_pipeline(&app, json!({})).await;
+    let pipeline = app.new_pipeline(json!({})).await;
     let pid = pipeline["id"].as_str().unwrap();
     assert!(pipeline["default_vector_embedding_id"].is_string());
     let text = "Zanzibar harbour notes. ".repeat(100);
@@ -74,7 +35,7 @@ async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
     let doc_id = reply.body["id"].as_str().unwrap().to_owned();
     assert_eq!(&doc_id[14..15], "7", "document ids are UUID v7: {doc_id}");
 
-    let outcome = step(&app).await;
+    let outcome = app.step().await;
     assert_eq!(outcome.jobs, 1);
     assert_eq!(outcome.stored, 1, "{outcome:?}");
 
@@ -121,7 +82,7 @@ async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
     assert_eq!(texts, 0, "raw text is dropped once processed");
 
     // A second delivery of the same job changes nothing.
-    let again = step(&app).await;
+    let again = app.step().await;
     assert_eq!(again.jobs, 0);
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM fragments")
         .fetch_one(&app.pool)
@@ -144,7 +105,7 @@ async fn a_document_becomes_searchable_fragments_without_plaintext_at_rest() {
 #[tokio::test]
 async fn versions_expire_older_ones_when_processed() {
     let app = spawn_app_without_worker().await;
-    let pipeline = create_pipeline(&app, json!({})).await;
+    let pipeline = app.new_pipeline(json!({})).await;
     let pid = pipeline["id"].as_str().unwrap();
     let submit = |text: &'static str| {
         let app = &app;
@@ -157,7 +118,7 @@ async fn versions_expire_older_ones_when_processed() {
         }
     };
     let first = submit("first version").await;
-    step(&app).await;
+    app.step().await;
     let second = submit("second version").await;
     assert_eq!(
         first.body["id"], second.body["id"],
@@ -168,7 +129,7 @@ async fn versions_expire_older_ones_when_processed() {
     // Until the new version is processed, the old one stays current.
     let current = app.get(&format!("/pipelines/{pid}/documents/{doc}")).await;
     assert_eq!(current.body.as_array().unwrap().len(), 2);
-    step(&app).await;
+    app.step().await;
     let current = app.get(&format!("/pipelines/{pid}/documents/{doc}")).await;
     assert_eq!(
         current.body.as_array().unwrap().len(),
@@ -237,7 +198,7 @@ async fn found_fragments(app: &TestApp, pid: &str, queries: &[&str]) -> Vec<Vec<
 #[tokio::test]
 async fn the_worker_analyses_the_tables_a_group_made_stale_and_searches_need_no_later_analysis() {
     let app = spawn_app_without_worker().await;
-    let pipeline = create_pipeline(&app, json!({})).await;
+    let pipeline = app.new_pipeline(json!({})).await;
     let pid = pipeline["id"].as_str().unwrap();
     let topics = [
         "harbour ships unload copper at dawn",
@@ -324,7 +285,7 @@ async fn rows_without_commit_hint(app: &TestApp, table: &str) -> i64 {
 #[tokio::test]
 async fn a_stored_group_is_read_back_so_that_searches_right_after_it_find_its_commit_recorded() {
     let app = spawn_app_without_worker().await;
-    let pid = create_pipeline(&app, json!({})).await["id"]
+    let pid = app.new_pipeline(json!({})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -337,7 +298,7 @@ async fn a_stored_group_is_read_back_so_that_searches_right_after_it_find_its_co
     store_all(&app, 12).await;
     app.submit_text(&pid, "late", "Copper harbour at dawn. ".repeat(5).as_str())
         .await;
-    assert_eq!(step(&app).await.stored, 1);
+    assert_eq!(app.step().await.stored, 1);
 
     // Nothing has searched since; every row of both tables already records its commit, so
     // the first search to meet them neither asks the commit log nor writes their pages.
@@ -355,7 +316,7 @@ async fn a_groups_rows_are_written_in_the_order_of_the_indexed_string_fields_the
         "team": {"type": "string"},
         "site": {"type": "string", "x-trove-index": false},
     }});
-    let pid = create_pipeline(&app, json!({"metadata_schema": schema})).await["id"]
+    let pid = app.new_pipeline(json!({"metadata_schema": schema})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -373,7 +334,7 @@ async fn a_groups_rows_are_written_in_the_order_of_the_indexed_string_fields_the
         })
         .collect();
     app.submit_batch(&pid, documents).await;
-    assert_eq!(step(&app).await.stored, teams.len());
+    assert_eq!(app.step().await.stored, teams.len());
 
     let vectors = vector_table(&app, &pid).await;
     for (table, condition) in [

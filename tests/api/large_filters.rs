@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, assert_error, spawn_app_with};
+use crate::helpers::{AppOptions, TestApp, assert_error, percent_encode, spawn_app_with};
 
 /// `(name, year)` of the documents, one fragment each.
 const DOCS: [(&str, i64); 6] = [
@@ -45,8 +45,7 @@ async fn app_with_documents(env: &[(&str, &str)]) -> (TestApp, String) {
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
-    let worker = trove::startup::build_worker(&app.state).await.unwrap();
-    let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
+    let outcome = app.step().await;
     assert_eq!(outcome.stored, DOCS.len(), "{outcome:?}");
     (app, pid)
 }
@@ -112,15 +111,13 @@ async fn search_raw(app: &TestApp, pid: &str, what: &str, filter: &str) -> Vec<S
              "params": {{"k": 10}}, "filters": {filter}}}"#
     );
     let started = Instant::now();
-    let reply = TestApp::reply(
-        app.master(reqwest::Method::POST, &format!("/pipelines/{pid}/search"))
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let reply = app
+        .req(Method::POST, &format!("/pipelines/{pid}/search"))
+        .as_master()
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await;
     eprintln!("{what}: {} bytes, {:.0?}", body.len(), started.elapsed());
     assert_eq!(reply.status, StatusCode::OK, "{what}: {:.300}", reply.text);
     let mut names: Vec<String> = reply
@@ -179,17 +176,13 @@ async fn deep_filters_search_like_their_shallow_equivalents() {
     );
     // An error deep inside is still the grammar's 422.
     let broken = nots(20_000, r#"{"year": 2020}"#);
-    let reply = TestApp::reply(
-        app.master(reqwest::Method::POST, &format!("/pipelines/{pid}/search"))
+    let reply = app.req(Method::POST, &format!("/pipelines/{pid}/search")).as_master()
             .header("content-type", "application/json")
             .body(format!(
                 r#"{{"query": "x", "type": "similarity", "classification": "public", "filters": {broken}}}"#
             ))
             .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+.await;
     assert_eq!(
         reply.status,
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -259,18 +252,6 @@ async fn lists_of_200000_values_search_in_one_parameter() {
         .await,
         ["secret"]
     );
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The document list's `metadata` parameter takes the same filters, as long as the URL
@@ -426,6 +407,7 @@ async fn statements_stop_at_the_statement_timeout() {
         async move { app.post(&path, &json!({"field": "year"})).await }
     };
     let release = async {
+        // Time passes: the lock is held beyond the statement timeout.
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         blocker.rollback().await.unwrap();
     };

@@ -1,56 +1,30 @@
 //! The license (`TROVE_LICENSE`): expiry and per-type count limits.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{AppOptions, TestApp, assert_error, key_of, spawn_app, spawn_app_with};
+use crate::helpers::{
+    AppOptions, TempFile, TestApp, assert_error, key_of, spawn_app, spawn_app_with_license,
+};
 
-/// A license file in the temporary directory, removed when dropped.
-struct LicenseFile(PathBuf);
-
-impl LicenseFile {
-    fn new(content: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("trove-license-{}.json", Uuid::new_v4()));
-        std::fs::write(&path, content).expect("write license");
-        Self(path)
-    }
-
-    fn path(&self) -> String {
-        self.0.to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for LicenseFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-async fn app_with_license(content: &str) -> (TestApp, LicenseFile) {
-    let file = LicenseFile::new(content);
-    let app = spawn_app_with(AppOptions {
-        env: HashMap::from([("TROVE_LICENSE".to_owned(), file.path())]),
-        ..AppOptions::default()
-    })
-    .await;
-    (app, file)
+async fn app_with_license(content: &str) -> (TestApp, TempFile) {
+    spawn_app_with_license(content, AppOptions::default()).await
 }
 
 /// Restarts on the database of `app` with a license. The master key of `app` (same secret)
 /// stays the master key: installation happens once.
-async fn restart_with_license(app: &TestApp, content: &str) -> (TestApp, LicenseFile) {
-    let file = LicenseFile::new(content);
-    let restarted = spawn_app_with(AppOptions {
-        env: HashMap::from([("TROVE_LICENSE".to_owned(), file.path())]),
-        database: Some(app.database.clone()),
-        ..AppOptions::default()
-    })
-    .await;
-    (restarted, file)
+async fn restart_with_license(app: &TestApp, content: &str) -> (TestApp, TempFile) {
+    spawn_app_with_license(
+        content,
+        AppOptions {
+            database: Some(app.database.clone()),
+            ..AppOptions::default()
+        },
+    )
+    .await
 }
 
 const EXPIRED: &str = r#"{"expires_at": "2000-01-01T00:00:00Z", "limits": {}}"#;
@@ -93,40 +67,30 @@ async fn expired_license_refuses_permission_changes_but_not_deletes() {
 
     let path = format!("/api-keys/{target_id}/permissions");
     let reply = app
-        .send_as(
-            &master,
-            Method::POST,
-            &path,
-            Some(&json!([{"object_type": "agents", "permission": 4}])),
-        )
+        .as_key(&master)
+        .post(&path, &json!([{"object_type": "agents", "permission": 4}]))
         .await;
     assert_error(&reply, StatusCode::FORBIDDEN, "Invalid license: Expired");
-    let reply = app.send_as(&master, Method::GET, &path, None).await;
+    let reply = app.as_key(&master).get(&path).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body.as_array().map(Vec::len), Some(1));
     assert_eq!(reply.body[0]["object_type"], "llms");
 
     let reply = app
-        .send_as(
-            &master,
-            Method::PATCH,
-            &format!("/api-keys/{target_id}"),
-            Some(&json!({"active": false})),
-        )
+        .as_key(&master)
+        .patch(&format!("/api-keys/{target_id}"), &json!({"active": false}))
         .await;
     assert_error(&reply, StatusCode::FORBIDDEN, "Invalid license: Expired");
     // The key that existed before still works, and can be deleted.
     let reply = app
-        .send_as(&key_of(&target), Method::POST, "/login", None)
+        .req(Method::POST, "/login")
+        .as_key(key_of(&target))
+        .send()
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     let reply = app
-        .send_as(
-            &master,
-            Method::DELETE,
-            &format!("/api-keys/{target_id}"),
-            None,
-        )
+        .as_key(&master)
+        .delete(&format!("/api-keys/{target_id}"))
         .await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
 }
@@ -140,12 +104,8 @@ async fn license_is_checked_after_permission_and_existence_before_validation() {
 
     // Permission before the license.
     let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": "x"})),
-        )
+        .as_key(&reader)
+        .post("/api-keys", &json!({"name": "x"}))
         .await;
     assert_error(
         &reply,
@@ -155,22 +115,14 @@ async fn license_is_checked_after_permission_and_existence_before_validation() {
     // Existence before the license.
     let missing = Uuid::new_v4();
     let reply = app
-        .send_as(
-            &master,
-            Method::PATCH,
-            &format!("/api-keys/{missing}"),
-            Some(&json!({"name": "x"})),
-        )
+        .as_key(&master)
+        .patch(&format!("/api-keys/{missing}"), &json!({"name": "x"}))
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "ApiKey not found");
     // Body parsing before the license.
     let reply = app
-        .send_as(
-            &master,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": 3})),
-        )
+        .as_key(&master)
+        .post("/api-keys", &json!({"name": 3}))
         .await;
     assert_eq!(
         reply.status,
@@ -183,9 +135,7 @@ async fn license_is_checked_after_permission_and_existence_before_validation() {
         json!({"name": ""}),
         json!({"name": "x", "permissions": {"widgets": 4}}),
     ] {
-        let reply = app
-            .send_as(&master, Method::POST, "/api-keys", Some(&body))
-            .await;
+        let reply = app.as_key(&master).post("/api-keys", &body).await;
         assert_error(&reply, StatusCode::FORBIDDEN, "Invalid license: Expired");
     }
 }
@@ -268,59 +218,44 @@ async fn exceeded_limit_refuses_permission_changes_but_not_deletes() {
     let exceeded = "Invalid license: Exceeded(\"api-keys\")";
 
     let reply = app
-        .send_as(
-            &master,
-            Method::POST,
+        .as_key(&master)
+        .post(
             &format!("/api-keys/{target_id}/permissions"),
-            Some(&json!([{"object_type": "agents", "permission": 4}])),
+            &json!([{"object_type": "agents", "permission": 4}]),
         )
         .await;
     assert_error(&reply, StatusCode::FORBIDDEN, exceeded);
     let reply = app
-        .send_as(
-            &master,
-            Method::PATCH,
+        .as_key(&master)
+        .patch(
             &format!("/api-keys/{target_id}"),
-            Some(&json!({"description": "x"})),
+            &json!({"description": "x"}),
         )
         .await;
     assert_error(&reply, StatusCode::FORBIDDEN, exceeded);
     let reply = app
-        .send_as(
-            &master,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": "third"})),
-        )
+        .as_key(&master)
+        .post("/api-keys", &json!({"name": "third"}))
         .await;
     assert_error(&reply, StatusCode::FORBIDDEN, exceeded);
 
     // Deleting brings the count back to the limit: changes pass, creates still do not.
     let reply = app
-        .send_as(
-            &master,
-            Method::DELETE,
-            &format!("/api-keys/{target_id}"),
-            None,
-        )
+        .as_key(&master)
+        .delete(&format!("/api-keys/{target_id}"))
         .await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
     let reply = app
-        .send_as(
-            &master,
-            Method::PATCH,
+        .as_key(&master)
+        .patch(
             &format!("/api-keys/{}", first.master_id),
-            Some(&json!({"description": "at the limit"})),
+            &json!({"description": "at the limit"}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let reply = app
-        .send_as(
-            &master,
-            Method::POST,
-            "/api-keys",
-            Some(&json!({"name": "third"})),
-        )
+        .as_key(&master)
+        .post("/api-keys", &json!({"name": "third"}))
         .await;
     assert_error(
         &reply,
@@ -349,10 +284,10 @@ async fn unreadable_license_stops_the_configuration() {
     let error = base(missing.to_string_lossy().into_owned()).expect_err("unreadable license");
     assert_eq!(error.variable, "TROVE_LICENSE");
 
-    let malformed = LicenseFile::new("{not json");
+    let malformed = TempFile::new("{not json");
     let error = base(malformed.path()).expect_err("malformed license");
     assert_eq!(error.variable, "TROVE_LICENSE");
 
-    let valid = LicenseFile::new(r#"{"expires_at": null, "limits": {"api-keys": 3}}"#);
+    let valid = TempFile::new(r#"{"expires_at": null, "limits": {"api-keys": 3}}"#);
     assert!(base(valid.path()).is_ok());
 }

@@ -5,7 +5,10 @@ use std::collections::BTreeSet;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_error, assert_plain, assert_utc_timestamp, spawn_app};
+use crate::helpers::{
+    TestApp, assert_error, assert_invalid_order_by, assert_plain, assert_utc_timestamp, ids, names,
+    ok, spawn_app,
+};
 
 /// Names of the keys created by [`seeded_app`], in creation order.
 const NAMES: [&str; 7] = [
@@ -30,35 +33,11 @@ async fn seeded_app() -> (TestApp, Vec<Value>) {
     (app, created)
 }
 
-fn ids(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no data: {body}"))
-        .iter()
-        .map(|k| k["id"].as_str().expect("id").to_owned())
-        .collect()
-}
-
-fn names(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no data: {body}"))
-        .iter()
-        .map(|k| k["name"].as_str().expect("name").to_owned())
-        .collect()
-}
-
 /// Every id, in the default order (id ascending).
 async fn all_ids(app: &TestApp) -> Vec<String> {
     let reply = app.get("/api-keys").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     ids(&reply.body)
-}
-
-async fn ok(app: &TestApp, path: &str) -> Value {
-    let reply = app.get(path).await;
-    assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text);
-    reply.body
 }
 
 fn cursor(body: &Value, which: &str) -> String {
@@ -385,25 +364,12 @@ async fn unencoded_plus_in_order_by_is_refused() {
 async fn unsortable_fields_are_listed_in_details() {
     let (app, _) = seeded_app().await;
     let reply = app.get("/api-keys?order_by=secret").await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["secret"]));
+    assert_invalid_order_by(&reply, json!(["secret"]));
 
     let reply = app
         .get("/api-keys?order_by=name&order_by=-description&order_by=active&order_by=id")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!(["-description", "active"])
-    );
+    assert_invalid_order_by(&reply, json!(["-description", "active"]));
 }
 
 // ---- Filters -----------------------------------------------------------------------------

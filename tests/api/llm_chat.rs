@@ -1,6 +1,5 @@
 //! `LlmClient` against the fake model server: streaming, failures, timeouts, relay.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -11,6 +10,7 @@ use trove::providers::llm::{
 };
 
 use crate::fake_llm::{Answer, DEFAULT_PROMPT_TOKENS, FakeLlm, Reply, refused_addr};
+use crate::helpers::within;
 
 const KEY: &str = "sk-test-0123456789abcdef";
 
@@ -54,13 +54,6 @@ fn prompt() -> Vec<ChatMessage> {
         ChatMessage::new("system", "Answer briefly."),
         ChatMessage::user("Say hello."),
     ]
-}
-
-/// Fails the test instead of hanging it.
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("finished in time")
 }
 
 async fn all_events(stream: ChatStream) -> Vec<Result<ChatEvent, LlmError>> {
@@ -419,9 +412,7 @@ async fn dropping_the_stream_closes_the_upstream_connection() {
 
     drop(stream);
 
-    tokio::time::timeout(Duration::from_secs(2), fake.client_left())
-        .await
-        .expect("the fake saw the client leave within 2 s");
+    fake.assert_client_left("the client").await;
 }
 
 #[tokio::test]

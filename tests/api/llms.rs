@@ -2,7 +2,6 @@
 //! against the fake model server.
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
@@ -11,15 +10,13 @@ use uuid::Uuid;
 
 use crate::fake_llm::{Answer, DEFAULT_PROMPT_TOKENS, FakeLlm, Reply as FakeReply};
 use crate::helpers::{
-    AppOptions, Reply, TempFile, TestApp, assert_error, assert_plain, assert_utc_timestamp,
-    is_uuid, key_of, spawn_app, spawn_app_with,
+    AppOptions, Reply, TestApp, assert_error, assert_invalid, assert_invalid_order_by,
+    assert_plain, assert_utc_timestamp, content_type, eventually, is_uuid, key_of, key_set, names,
+    spawn_app, spawn_app_with, spawn_app_with_license, within,
 };
 
 /// The API key of the LLMs registered here (never to be seen in a response).
 pub const KEY: &str = "sk-trove-test-7c1e5a9b3d";
-
-const CREATE_DENIED: &str =
-    "Unauthorized: access level AccessLevel(WRITE) required for llms with id None";
 
 /// The 403 message of a key lacking R|X on the LLM `id`.
 pub fn use_denied(id: &str) -> String {
@@ -30,13 +27,6 @@ pub fn use_denied(id: &str) -> String {
 
 /// The 500 message of a request the fake refused with [`FakeReply::rate_limited`].
 pub const RATE_LIMITED: &str = r#"Stream error: model server answered 429 Too Many Requests: {"error":{"code":"rate_limit_exceeded","message":"Rate limit reached","type":"requests"}}"#;
-
-/// Fails the test instead of hanging it.
-pub async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("finished in time")
-}
 
 /// Creates an LLM with the master key; returns the 201 body.
 pub async fn create(app: &TestApp, body: Value) -> Value {
@@ -84,37 +74,8 @@ fn merge(body: &mut Value, extra: Value) {
     }
 }
 
-fn keys(object: &Value) -> BTreeSet<&str> {
-    object
-        .as_object()
-        .expect("object")
-        .keys()
-        .map(String::as_str)
-        .collect()
-}
-
-fn names(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .expect("data array")
-        .iter()
-        .map(|o| o["name"].as_str().expect("name").to_owned())
-        .collect()
-}
-
-/// Asserts `400 Invalid parameter` with the given `details.error`.
-pub fn assert_invalid(reply: &Reply, reason: &str) {
-    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
-    assert_eq!(
-        reply.body["error"]["details"]["error"], reason,
-        "{}",
-        reply.text
-    );
-}
-
 pub fn assert_not_found(reply: &Reply, id: &str) {
-    assert_error(reply, StatusCode::NOT_FOUND, "LLM not found");
-    assert_eq!(reply.body["error"]["details"]["id"], id, "{}", reply.text);
+    crate::helpers::assert_not_found(reply, "LLM not found", id);
 }
 
 /// `POST /llms/{id}/query` with the master key; the response as it comes.
@@ -122,6 +83,7 @@ async fn query(app: &TestApp, id: &str, body: &Value) -> reqwest::Response {
     query_as(app, &app.master_key(), id, body).await
 }
 
+/// `POST /llms/{id}/query` with `key`; the response as it comes.
 async fn query_as(
     app: &TestApp,
     key: &(String, String),
@@ -129,21 +91,12 @@ async fn query_as(
     body: &Value,
 ) -> reqwest::Response {
     within(
-        app.request_as(key, Method::POST, &format!("/llms/{id}/query"))
+        app.req(Method::POST, &format!("/llms/{id}/query"))
+            .as_key(key)
             .json(body)
-            .send(),
+            .stream(),
     )
     .await
-    .expect("request sent")
-}
-
-/// The content type of a response (empty when absent).
-pub fn content_type(response: &reqwest::Response) -> &str {
-    response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
 }
 
 /// The NDJSON lines of a body (each ends with `\n`), parsed.
@@ -239,7 +192,7 @@ async fn create_get_list_update_delete() {
     )
     .await;
     assert_eq!(
-        keys(&created),
+        key_set(&created),
         BTreeSet::from([
             "id",
             "name",
@@ -435,12 +388,7 @@ async fn list_filters_and_ordering() {
     );
 
     let reply = app.get("/llms?order_by=model&order_by=endpoint").await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["model", "endpoint"]));
+    assert_invalid_order_by(&reply, json!(["model", "endpoint"]));
 }
 
 #[tokio::test]
@@ -531,178 +479,9 @@ async fn create_errors() {
 }
 
 #[tokio::test]
-async fn unknown_llm_is_404_with_its_id() {
-    let app = spawn_app().await;
-    let id = Uuid::new_v4().to_string();
-    let cases: [(Method, String, Option<Value>); 4] = [
-        (Method::GET, format!("/llms/{id}"), None),
-        (Method::PATCH, format!("/llms/{id}"), Some(json!({}))),
-        (Method::DELETE, format!("/llms/{id}"), None),
-        (
-            Method::POST,
-            format!("/llms/{id}/query"),
-            Some(json!({"prompt": "hi"})),
-        ),
-    ];
-    for (method, path, body) in cases {
-        let reply = app
-            .send_as(&app.master_key(), method, &path, body.as_ref())
-            .await;
-        assert_not_found(&reply, &id);
-    }
-    let reply = app.get("/llms/not-a-uuid").await;
-    assert_plain(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid URL: Cannot parse `llm_id` with value `not-a-uuid`",
-    );
-}
-
-#[tokio::test]
-async fn permissions_on_llms() {
-    let app = spawn_app().await;
-    let created = create(
-        &app,
-        json!({"name": "guarded", "provider": "openai", "endpoint": "http://h.example/v1", "api_key": KEY}),
-    )
-    .await;
-    let id = created["id"].as_str().expect("id").to_owned();
-    let other = create(
-        &app,
-        json!({"name": "other", "provider": "openai", "endpoint": "http://h.example/v1"}),
-    )
-    .await;
-    let path = format!("/llms/{id}");
-    let new_llm = json!({"name": "new", "provider": "openai", "endpoint": "http://h.example/v1"});
-
-    // Read only: reads work, creates and changes are 403.
-    let reader = key_of(
-        &app.create_key_with(json!({"name": "r", "permissions": {"llms": 4}}))
-            .await,
-    );
-    let reply = app
-        .send_as(&reader, Method::POST, "/llms", Some(&new_llm))
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-    // Permission comes before validation.
-    let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            "/llms",
-            Some(&json!({"name": "", "provider": "openai", "endpoint": "ftp://x"})),
-        )
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-    let reply = app.send_as(&reader, Method::GET, &path, None).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body, created);
-    let write_denied = format!(
-        "Unauthorized: access level AccessLevel(WRITE) required for llms with id Some({id})"
-    );
-    let reply = app
-        .send_as(&reader, Method::PATCH, &path, Some(&json!({"name": "x"})))
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied);
-    let reply = app.send_as(&reader, Method::DELETE, &path, None).await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied);
-
-    // No read: 404 on the object, an empty list, no create.
-    let nothing = key_of(&app.create_key_with(json!({"name": "nothing"})).await);
-    let reply = app.send_as(&nothing, Method::GET, &path, None).await;
-    assert_not_found(&reply, &id);
-    let reply = app
-        .send_as(&nothing, Method::PATCH, &path, Some(&json!({"name": "x"})))
-        .await;
-    assert_not_found(&reply, &id);
-    let reply = app.send_as(&nothing, Method::DELETE, &path, None).await;
-    assert_not_found(&reply, &id);
-    let reply = app.send_as(&nothing, Method::GET, "/llms", None).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body["data"], json!([]));
-    let reply = app
-        .send_as(&nothing, Method::POST, "/llms", Some(&new_llm))
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-
-    // Write on the type: creates.
-    let writer = key_of(
-        &app.create_key_with(json!({"name": "w", "permissions": {"llms": 2}}))
-            .await,
-    );
-    let reply = app
-        .send_as(&writer, Method::POST, "/llms", Some(&new_llm))
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
-
-    // An object entry: that LLM only is readable and changeable.
-    let object_key = app.create_key_with(json!({"name": "object"})).await;
-    let object_key_id = object_key["id"].as_str().expect("id").to_owned();
-    app.grant(
-        &object_key_id,
-        json!([{"object_type": "llms", "object_id": id, "permission": 6}]),
-    )
-    .await;
-    let object_key = key_of(&object_key);
-    let reply = app.send_as(&object_key, Method::GET, "/llms", None).await;
-    assert_eq!(names(&reply.body), ["guarded"]);
-    let other_id = other["id"].as_str().expect("id");
-    let reply = app
-        .send_as(&object_key, Method::GET, &format!("/llms/{other_id}"), None)
-        .await;
-    assert_not_found(&reply, other_id);
-    let reply = app
-        .send_as(
-            &object_key,
-            Method::PATCH,
-            &path,
-            Some(&json!({"description": "by object entry"})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body["description"], "by object entry");
-    let reply = app
-        .send_as(&object_key, Method::POST, "/llms", Some(&new_llm))
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-
-    // An entry on an unknown LLM.
-    let unknown = Uuid::new_v4();
-    let reply = app
-        .post(
-            &format!("/api-keys/{object_key_id}/permissions"),
-            &json!([{"object_type": "llms", "object_id": unknown, "permission": 4}]),
-        )
-        .await;
-    assert_error(
-        &reply,
-        StatusCode::NOT_FOUND,
-        &format!("LLM with id {unknown} not found"),
-    );
-
-    // Deleting the LLM removes the entries on it.
-    let entries_path = format!("/api-keys/{object_key_id}/permissions");
-    let reply = app.get(&entries_path).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(
-        reply.body,
-        json!([{"object_type": "llms", "object_id": id, "permission": 6, "classifications": []}])
-    );
-    let reply = app.send_as(&object_key, Method::DELETE, &path, None).await;
-    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
-    let reply = app.get(&entries_path).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body, json!([]));
-}
-
-#[tokio::test]
 async fn license_limits_llms() {
-    let file = TempFile::new(r#"{"limits":{"llms":1}}"#);
-    let app = spawn_app_with(AppOptions {
-        env: [("TROVE_LICENSE".to_owned(), file.path())].into(),
-        ..AppOptions::default()
-    })
-    .await;
+    let (app, _file) =
+        spawn_app_with_license(r#"{"limits":{"llms":1}}"#, AppOptions::default()).await;
     let body =
         |name: &str| json!({"name": name, "provider": "openai", "endpoint": "http://h.example/v1"});
     let first = create(&app, body("first")).await;
@@ -809,13 +588,13 @@ async fn query_without_stream_answers_the_whole_text() {
 
     // Any other `stream` is a body type error.
     let reply =
-        TestApp::reply(query(&app, &id, &json!({"prompt": "hi", "stream": "yes"})).await).await;
+        Reply::read(query(&app, &id, &json!({"prompt": "hi", "stream": "yes"})).await).await;
     assert_plain(
         &reply,
         StatusCode::UNPROCESSABLE_ENTITY,
         "Failed to deserialize the JSON body into the target type:",
     );
-    let reply = TestApp::reply(query(&app, &id, &json!({"stream": false})).await).await;
+    let reply = Reply::read(query(&app, &id, &json!({"stream": false})).await).await;
     assert_plain(
         &reply,
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -989,7 +768,7 @@ async fn query_openai_llm_without_key_is_400_before_anything_is_sent() {
     for llm in [&id, &with_key] {
         for stream in [json!(true), json!(false), json!("sse")] {
             let reply =
-                TestApp::reply(query(&app, llm, &json!({"prompt": "hi", "stream": stream})).await)
+                Reply::read(query(&app, llm, &json!({"prompt": "hi", "stream": stream})).await)
                     .await;
             assert_invalid(&reply, "API key is required for OpenAI provider");
         }
@@ -1006,8 +785,7 @@ async fn query_refused_by_the_model_server_is_a_stream_error() {
     for stream in [json!(true), json!(false), json!("sse")] {
         fake.script(FakeReply::rate_limited());
         let reply =
-            TestApp::reply(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await)
-                .await;
+            Reply::read(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await).await;
         assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, RATE_LIMITED);
     }
     assert_eq!(fake.requests().len(), 3);
@@ -1022,8 +800,7 @@ async fn query_error_never_shows_the_key() {
     for stream in [json!(true), json!(false)] {
         fake.script(FakeReply::EchoKey { status: 401 });
         let reply =
-            TestApp::reply(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await)
-                .await;
+            Reply::read(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await).await;
         assert_eq!(
             reply.status,
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -1054,19 +831,19 @@ async fn query_permissions() {
         &app.create_key_with(json!({"name": "r", "permissions": {"llms": 4}}))
             .await,
     );
-    let reply = TestApp::reply(query_as(&app, &read_only, &id, &body).await).await;
+    let reply = Reply::read(query_as(&app, &read_only, &id, &body).await).await;
     assert_error(&reply, StatusCode::FORBIDDEN, &use_denied(&id));
     let execute_only = key_of(
         &app.create_key_with(json!({"name": "x", "permissions": {"llms": 1}}))
             .await,
     );
-    let reply = TestApp::reply(query_as(&app, &execute_only, &id, &body).await).await;
+    let reply = Reply::read(query_as(&app, &execute_only, &id, &body).await).await;
     assert_not_found(&reply, &id);
     let write_only = key_of(
         &app.create_key_with(json!({"name": "w", "permissions": {"llms": 2}}))
             .await,
     );
-    let reply = TestApp::reply(query_as(&app, &write_only, &id, &body).await).await;
+    let reply = Reply::read(query_as(&app, &write_only, &id, &body).await).await;
     assert_not_found(&reply, &id);
     assert!(fake.requests().is_empty());
 
@@ -1113,7 +890,7 @@ async fn query_broken_mid_stream_ends_without_done() {
     // With `stream` false the break is a stream error.
     fake.script(Answer::default().break_after(1));
     let reply =
-        TestApp::reply(query(&app, &id, &json!({"prompt": "hi", "stream": false})).await).await;
+        Reply::read(query(&app, &id, &json!({"prompt": "hi", "stream": false})).await).await;
     assert_eq!(
         reply.status,
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -1146,17 +923,13 @@ async fn leave_after_the_first_delta(answer: Answer) {
 
     drop(response);
 
-    tokio::time::timeout(Duration::from_secs(2), fake.client_left())
-        .await
-        .expect("the fake saw Trove leave within 2 s");
+    fake.assert_client_left("Trove").await;
 }
 
 #[tokio::test]
 async fn client_leaving_mid_answer_closes_the_model_server_connection() {
     // The model server goes on generating (for 5 s in all) after the client left.
-    let mut chunks = vec!["Hello".to_owned()];
-    chunks.extend((0..100).map(|i| format!(" {i}")));
-    leave_after_the_first_delta(Answer::new(chunks).paced(Duration::from_millis(50))).await;
+    leave_after_the_first_delta(Answer::long_paced_hello()).await;
 }
 
 /// While the model server sends nothing, Trove writes nothing either: it notices that its
@@ -1173,23 +946,23 @@ async fn client_leaving_a_plain_answer_closes_the_model_server_connection() {
     let id = openai_llm(&app, &fake, json!({})).await;
     fake.script(Answer::default().hold_after_first());
 
+    // Unread: the client goes away before the answer.
     let request = app
-        .master(Method::POST, &format!("/llms/{id}/query"))
+        .req(Method::POST, &format!("/llms/{id}/query"))
+        .as_master()
         .json(&json!({"prompt": "hi", "stream": false}))
-        .send();
+        .stream();
     let client = tokio::spawn(request);
     // The whole answer is being collected: the model server got the request and holds.
-    within(async {
-        while fake.requests().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    eventually(
+        "the model server got the request",
+        Duration::from_secs(10),
+        || async { (!fake.requests().is_empty()).then_some(()) },
+    )
     .await;
     client.abort();
 
-    tokio::time::timeout(Duration::from_secs(2), fake.client_left())
-        .await
-        .expect("the fake saw Trove leave within 2 s");
+    fake.assert_client_left("Trove").await;
 }
 
 #[tokio::test]
@@ -1206,8 +979,7 @@ async fn model_server_that_never_answers_times_out() {
         fake.script(FakeReply::Hang);
         let started = Instant::now();
         let reply =
-            TestApp::reply(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await)
-                .await;
+            Reply::read(query(&app, &id, &json!({"prompt": "hi", "stream": stream})).await).await;
         let waited = started.elapsed();
         assert_error(
             &reply,

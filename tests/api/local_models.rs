@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    AppOptions, TestApp, assert_error, spawn_app, spawn_app_with, spawn_app_without_worker, str_of,
+    AppOptions, TestApp, assert_error, free_port, spawn_app, spawn_app_with,
+    spawn_app_without_worker, str_of,
 };
 
 /// The models folder `scripts/test` installs (all-MiniLM-L6-v2 from its PyPI wheel).
@@ -251,11 +252,6 @@ async fn the_token_splitter_counts_the_models_word_pieces() {
         fragment_texts(&app, &pid, str_of(&doc, "id")).await,
         expected_pieces(6)
     );
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    listener.local_addr().expect("address").port()
 }
 
 async fn app_with_sidecar(models: Option<PathBuf>) -> TestApp {

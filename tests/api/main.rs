@@ -3,6 +3,8 @@
 
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+#[path = "../support/database.rs"]
+mod database;
 mod helpers;
 
 mod agents;
@@ -30,6 +32,7 @@ mod mcp_client;
 mod pipelines;
 mod relay;
 mod rerank;
+mod resource_permissions;
 mod schemathesis;
 mod search;
 mod sidecar;

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, Reply, TestApp, assert_error, keys_of, run, spawn_app, spawn_app_with,
-    spawn_app_without_worker, str_of,
+    AppOptions, Reply, Req, SEARCH_RESULT_FIELDS, TestApp, assert_error, assert_text, keys_of,
+    model_of, spawn_app, spawn_app_with, spawn_app_without_worker, str_of,
 };
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -91,10 +91,11 @@ impl<'a> Client<'a> {
     }
 
     /// A POST to `/mcp` with the key, both accepted types and the session (if any).
-    fn post(&self) -> reqwest::RequestBuilder {
+    fn post(&self) -> Req {
         let mut builder = self
             .app
-            .request_as(&self.key, Method::POST, "/mcp")
+            .req(Method::POST, "/mcp")
+            .as_key(&self.key)
             .header("accept", ACCEPT_BOTH)
             .header("content-type", "application/json");
         if let Some(session) = &self.session {
@@ -104,7 +105,7 @@ impl<'a> Client<'a> {
     }
 
     async fn send(&self, body: &Value) -> Reply {
-        run(self.post().body(body.to_string())).await
+        self.post().body(body.to_string()).send().await
     }
 
     /// `initialize` on a revision, then `notifications/initialized`; keeps the session.
@@ -184,20 +185,6 @@ async fn session(app: &TestApp) -> Client<'_> {
     client
 }
 
-/// Asserts a plain-text error response: status and exact body.
-fn assert_text(reply: &Reply, status: StatusCode, text: &str) {
-    assert_eq!(reply.status, status, "{}", reply.text);
-    assert_eq!(reply.text, text);
-    assert!(
-        !reply
-            .header("content-type")
-            .unwrap_or_default()
-            .contains("json"),
-        "plain-text error with content type {:?}",
-        reply.header("content-type")
-    );
-}
-
 fn assert_sorted_keys(value: &Value) {
     let keys: Vec<&String> = value.as_object().expect("object").keys().collect();
     let mut sorted = keys.clone();
@@ -259,12 +246,12 @@ async fn a_session_serves_requests_until_it_is_deleted() {
 
     // The server-to-client stream of the session.
     let stream = app
-        .request_as(&client.key, Method::GET, "/mcp")
+        .req(Method::GET, "/mcp")
+        .as_key(&client.key)
         .header("accept", "text/event-stream")
         .header("mcp-session-id", &session_id)
-        .send()
-        .await
-        .unwrap();
+        .stream()
+        .await;
     assert_eq!(stream.status(), StatusCode::OK);
     assert!(
         stream.headers()["content-type"]
@@ -274,10 +261,12 @@ async fn a_session_serves_requests_until_it_is_deleted() {
     );
     drop(stream);
 
-    let ended = run(app
-        .request_as(&client.key, Method::DELETE, "/mcp")
-        .header("mcp-session-id", &session_id))
-    .await;
+    let ended = app
+        .req(Method::DELETE, "/mcp")
+        .as_key(&client.key)
+        .header("mcp-session-id", &session_id)
+        .send()
+        .await;
     assert!(ended.status.is_success(), "{}", ended.status);
 
     // An ended session is unknown.
@@ -287,20 +276,24 @@ async fn a_session_serves_requests_until_it_is_deleted() {
         StatusCode::NOT_FOUND,
         "Not Found: Session not found",
     );
-    let reply = run(app
-        .request_as(&client.key, Method::DELETE, "/mcp")
-        .header("mcp-session-id", &session_id))
-    .await;
+    let reply = app
+        .req(Method::DELETE, "/mcp")
+        .as_key(&client.key)
+        .header("mcp-session-id", &session_id)
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::NOT_FOUND,
         "Not Found: Session not found",
     );
-    let reply = run(app
-        .request_as(&client.key, Method::GET, "/mcp")
+    let reply = app
+        .req(Method::GET, "/mcp")
+        .as_key(&client.key)
         .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session_id))
-    .await;
+        .header("mcp-session-id", &session_id)
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::NOT_FOUND,
@@ -353,7 +346,7 @@ async fn revision_2026_07_28_is_stateless_with_request_metadata() {
         if let Some(name) = name {
             builder = builder.header("mcp-name", name);
         }
-        run(builder.body(request(5, method, params).to_string()))
+        builder.body(request(5, method, params).to_string()).send()
     };
 
     let reply = send("tools/list", None, json!({"_meta": meta})).await;
@@ -732,13 +725,6 @@ async fn get_pipeline_classifications_needs_read_and_allow_list_star() {
 // search_knowledge
 // ---------------------------------------------------------------------------------------------
 
-/// The `id` of the embedding model of a pipeline (the value of its one `embedding_models`
-/// entry).
-fn model_of(pipeline: &Value) -> String {
-    let models = pipeline["embedding_models"].as_object().unwrap();
-    str_of(models.values().next().unwrap(), "id").to_owned()
-}
-
 #[tokio::test]
 async fn search_knowledge_runs_similarity_and_mmr() {
     let app = spawn_app_without_worker().await;
@@ -775,21 +761,7 @@ async fn search_knowledge_runs_similarity_and_mmr() {
     let results = output["results"].as_array().unwrap();
     assert_eq!(results.len(), 2, "public only: {output}");
     for fragment in results {
-        assert_eq!(
-            keys_of(fragment),
-            [
-                "classification",
-                "document_id",
-                "embedding",
-                "expired_at",
-                "id",
-                "metadata",
-                "order_id",
-                "page_content",
-                "score",
-                "version"
-            ]
-        );
+        assert_eq!(keys_of(fragment), SEARCH_RESULT_FIELDS);
         assert_sorted_keys(fragment);
         assert_eq!(fragment["embedding"], Value::Null);
         assert_eq!(fragment["expired_at"], Value::Null);
@@ -985,32 +957,40 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
     let init = initialize_body("2025-11-25").to_string();
 
     // Host not allowed.
-    let reply = run(client
+    let reply = client
         .post()
         .header("host", "evil.example")
-        .body(init.clone()))
-    .await;
+        .body(init.clone())
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::FORBIDDEN,
         "Forbidden: Host header is not allowed",
     );
     for host in ["localhost:8080", "127.0.0.1", "[::1]:1234"] {
-        let reply = run(client.post().header("host", host).body(init.clone())).await;
+        let reply = client
+            .post()
+            .header("host", host)
+            .body(init.clone())
+            .send()
+            .await;
         assert_eq!(reply.status, StatusCode::OK, "{host}: {}", reply.text);
     }
 
     // GET and DELETE without a session.
-    let reply = run(app
-        .request_as(&key, Method::GET, "/mcp")
-        .header("accept", "text/event-stream"))
-    .await;
+    let reply = app
+        .req(Method::GET, "/mcp")
+        .as_key(&key)
+        .header("accept", "text/event-stream")
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::BAD_REQUEST,
         "Bad Request: Session ID is required",
     );
-    let reply = run(app.request_as(&key, Method::DELETE, "/mcp")).await;
+    let reply = app.as_key(&key).delete("/mcp").await;
     assert_text(
         &reply,
         StatusCode::BAD_REQUEST,
@@ -1019,11 +999,12 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
 
     // Unknown session.
     let unknown = Uuid::new_v4().to_string();
-    let reply = run(client
+    let reply = client
         .post()
         .header("mcp-session-id", &unknown)
-        .body(request(2, "tools/list", json!({})).to_string()))
-    .await;
+        .body(request(2, "tools/list", json!({})).to_string())
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::NOT_FOUND,
@@ -1031,18 +1012,20 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
     );
 
     // Paths under /mcp, other methods.
-    let reply = run(app
-        .request_as(&key, Method::POST, "/mcp/")
-        .body(init.clone()))
-    .await;
+    let reply = app
+        .req(Method::POST, "/mcp/")
+        .as_key(&key)
+        .body(init.clone())
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
     assert!(reply.text.is_empty());
     assert!(reply.header("x-request-id").is_none());
-    let reply = run(app.request_as(&key, Method::GET, "/mcp/x")).await;
+    let reply = app.as_key(&key).get("/mcp/x").await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
     assert!(reply.text.is_empty());
     for method in [Method::PUT, Method::PATCH] {
-        let reply = run(app.request_as(&key, method, "/mcp")).await;
+        let reply = app.req(method, "/mcp").as_key(&key).send().await;
         assert_text(&reply, StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
         let allow = reply.header("allow").unwrap();
         for m in ["GET", "POST", "DELETE"] {
@@ -1053,22 +1036,25 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
     // Accept.
     for accept in [None, Some("application/json"), Some("text/event-stream")] {
         let mut builder = app
-            .request_as(&key, Method::POST, "/mcp")
+            .req(Method::POST, "/mcp")
+            .as_key(&key)
             .header("content-type", "application/json");
         if let Some(accept) = accept {
             builder = builder.header("accept", accept);
         }
-        let reply = run(builder.body(init.clone())).await;
+        let reply = builder.body(init.clone()).send().await;
         assert_text(
             &reply,
             StatusCode::NOT_ACCEPTABLE,
             "Not Acceptable: Client must accept both application/json and text/event-stream",
         );
     }
-    let reply = run(app
-        .request_as(&key, Method::GET, "/mcp")
-        .header("accept", "application/json"))
-    .await;
+    let reply = app
+        .req(Method::GET, "/mcp")
+        .as_key(&key)
+        .header("accept", "application/json")
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::NOT_ACCEPTABLE,
@@ -1076,25 +1062,29 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
     );
 
     // Content type and body.
-    let reply = run(app
-        .request_as(&key, Method::POST, "/mcp")
+    let reply = app
+        .req(Method::POST, "/mcp")
+        .as_key(&key)
         .header("accept", ACCEPT_BOTH)
         .header("content-type", "text/plain")
-        .body(init.clone()))
-    .await;
+        .body(init.clone())
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "Unsupported Media Type: Content-Type must be application/json",
     );
-    let reply = run(app
-        .request_as(&key, Method::POST, "/mcp")
+    let reply = app
+        .req(Method::POST, "/mcp")
+        .as_key(&key)
         .header("accept", ACCEPT_BOTH)
-        .body(init.clone()))
-    .await;
+        .body(init.clone())
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     for body in ["not json", "{\"jsonrpc\": \"2.0\"}", "[]"] {
-        let reply = run(client.post().body(body)).await;
+        let reply = client.post().body(body).send().await;
         assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
         assert!(
             reply.text.starts_with("fail to deserialize request body "),
@@ -1106,7 +1096,7 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
         "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}",
         "x".repeat(4 * 1024 * 1024)
     );
-    let reply = run(client.post().body(huge)).await;
+    let reply = client.post().body(huge).send().await;
     assert_text(
         &reply,
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -1127,22 +1117,25 @@ async fn transport_errors_have_the_interface_statuses_and_texts() {
     }
 
     // Unsupported protocol revision header.
-    let reply = run(client
+    let reply = client
         .post()
         .header("mcp-protocol-version", "1999-01-01")
-        .body(request(2, "tools/list", json!({})).to_string()))
-    .await;
+        .body(request(2, "tools/list", json!({})).to_string())
+        .send()
+        .await;
     assert_text(
         &reply,
         StatusCode::BAD_REQUEST,
         "Bad Request: Unsupported MCP-Protocol-Version: 1999-01-01",
     );
-    let reply = run(app
-        .request_as(&key, Method::GET, "/mcp")
+    let reply = app
+        .req(Method::GET, "/mcp")
+        .as_key(&key)
         .header("accept", "text/event-stream")
         .header("mcp-protocol-version", "1999-01-01")
-        .header("mcp-session-id", &unknown))
-    .await;
+        .header("mcp-session-id", &unknown)
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text);
 }
 
@@ -1151,32 +1144,37 @@ async fn authentication_failures_are_the_rest_401s() {
     let app = spawn_app().await;
     let init = initialize_body("2025-11-25").to_string();
     let post = || {
-        app.request(Method::POST, "/mcp")
+        app.req(Method::POST, "/mcp")
             .header("accept", ACCEPT_BOTH)
             .header("content-type", "application/json")
             .body(init.clone())
     };
-    let reply = run(post()).await;
+    let reply = post().send().await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
         "Unauthorized: No API Key specified.",
     );
-    let reply = run(post().header("x-api-key", app.master_id.to_string())).await;
+    let reply = post()
+        .header("x-api-key", app.master_id.to_string())
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
         "Unauthorized: No API Secret Key specified.",
     );
-    let reply = run(post()
+    let reply = post()
         .header("x-api-key", "not-a-uuid")
-        .header("x-api-key-secret", "x"))
-    .await;
+        .header("x-api-key-secret", "x")
+        .send()
+        .await;
     assert_error(&reply, StatusCode::UNAUTHORIZED, "Invalid key ID");
-    let reply = run(post()
+    let reply = post()
         .header("x-api-key", app.master_id.to_string())
-        .header("x-api-key-secret", "wrong"))
-    .await;
+        .header("x-api-key-secret", "wrong")
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -1199,10 +1197,11 @@ async fn authentication_failures_are_the_rest_401s() {
         "Invalid API Key or Secret",
     );
     // GET and DELETE need the key too.
-    let reply = run(app
-        .request(Method::DELETE, "/mcp")
-        .header("mcp-session-id", client.session.as_deref().unwrap()))
-    .await;
+    let reply = app
+        .req(Method::DELETE, "/mcp")
+        .header("mcp-session-id", client.session.as_deref().unwrap())
+        .send()
+        .await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -1214,18 +1213,19 @@ async fn authentication_failures_are_the_rest_401s() {
 async fn mcp_requests_are_labelled_mcp_in_metrics_and_carry_request_ids() {
     let app = spawn_app().await;
     let client = Client::new(&app, app.master_key());
-    let reply = run(client
+    let reply = client
         .post()
         .header("x-request-id", "my-request")
-        .body(initialize_body("2025-11-25").to_string()))
-    .await;
+        .body(initialize_body("2025-11-25").to_string())
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.header("x-request-id"), Some("my-request"));
     assert_eq!(reply.header("access-control-allow-origin"), Some("*"));
-    let reply = run(app.request(Method::PUT, "/mcp")).await;
+    let reply = app.req(Method::PUT, "/mcp").send().await;
     assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
 
-    let metrics = app.send(Method::GET, "/metrics", None, None).await.text;
+    let metrics = app.req(Method::GET, "/metrics").send().await.text;
     assert!(
         metrics
             .contains(r#"axum_http_requests_total{endpoint="/mcp",method="POST",status="200"} 1"#),
@@ -1242,11 +1242,12 @@ async fn mcp_requests_are_labelled_mcp_in_metrics_and_carry_request_ids() {
     );
 
     // CORS preflight.
-    let reply = run(app
-        .request(Method::OPTIONS, "/mcp")
+    let reply = app
+        .req(Method::OPTIONS, "/mcp")
         .header("origin", "http://example.com")
-        .header("access-control-request-method", "POST"))
-    .await;
+        .header("access-control-request-method", "POST")
+        .send()
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     let allowed = reply.header("access-control-allow-methods").unwrap();
     assert!(allowed.contains("POST"), "{allowed}");

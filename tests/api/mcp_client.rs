@@ -19,7 +19,9 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceError, Serv
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, keys_of, run, spawn_app, spawn_app_without_worker, str_of};
+use crate::helpers::{
+    SEARCH_RESULT_FIELDS, TestApp, keys_of, model_of, spawn_app, spawn_app_without_worker, str_of,
+};
 
 /// The revisions with an `initialize` handshake and sessions.
 const SESSION_REVISIONS: [ProtocolVersion; 4] = [
@@ -418,18 +420,7 @@ async fn rmcp_client_lists_the_three_read_only_tools() {
     let output = search.output_schema.as_ref().expect("outputSchema");
     assert_eq!(
         keys_of(&output["properties"]["results"]["items"]["properties"]),
-        [
-            "classification",
-            "document_id",
-            "embedding",
-            "expired_at",
-            "id",
-            "metadata",
-            "order_id",
-            "page_content",
-            "score",
-            "version"
-        ]
+        SEARCH_RESULT_FIELDS
     );
     client.cancel().await.expect("close");
 }
@@ -550,21 +541,7 @@ async fn rmcp_client_calls_each_tool_on_ingested_data() {
         .iter()
         .zip([("harbour", HARBOUR), ("garden", GARDEN)])
     {
-        assert_eq!(
-            keys_of(fragment),
-            [
-                "classification",
-                "document_id",
-                "embedding",
-                "expired_at",
-                "id",
-                "metadata",
-                "order_id",
-                "page_content",
-                "score",
-                "version"
-            ]
-        );
+        assert_eq!(keys_of(fragment), SEARCH_RESULT_FIELDS);
         assert_eq!(fragment["document_id"], docs[name]["id"], "{output}");
         assert_eq!(fragment["page_content"], text);
         assert_eq!(fragment["classification"], "public");
@@ -624,13 +601,6 @@ async fn rmcp_client_calls_each_tool_on_ingested_data() {
         assert_eq!(output, json!({"results": []}));
     }
     client.cancel().await.expect("close");
-}
-
-/// The `id` of the embedding model of a pipeline (the value of its one `embedding_models`
-/// entry).
-fn model_of(pipeline: &Value) -> String {
-    let models = pipeline["embedding_models"].as_object().expect("models");
-    str_of(models.values().next().expect("one model"), "id").to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -795,12 +765,14 @@ async fn rmcp_client_observes_the_http_errors() {
 
     // 401: the REST authentication errors, as the body of the failed POST.
     let wrong = (master.0.clone(), "wrong".to_owned());
-    let raw = run(app
-        .request_as(&wrong, Method::POST, "/mcp")
+    let raw = app
+        .req(Method::POST, "/mcp")
+        .as_key(&wrong)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
-        .body("{}"))
-    .await;
+        .body("{}")
+        .send()
+        .await;
     assert_eq!(raw.status, StatusCode::UNAUTHORIZED);
     assert_eq!(raw.message(), "Invalid API Key or Secret");
     let text = initialize_error(config(&app, &wrong, &[])).await;

@@ -1,11 +1,12 @@
 //! Pipelines, their classifications and metadata indexes (addendum §5, §7).
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, assert_error, assert_utc_timestamp, data_of, is_uuid, keys_of, spawn_app,
-    spawn_app_without_worker, str_of, uuid_of,
+    TestApp, assert_error, assert_invalid_parameter, assert_not_found_with_id,
+    assert_utc_timestamp, data_of, is_uuid, keys_of, spawn_app, spawn_app_without_worker, str_of,
+    uuid_of,
 };
 
 /// The fields of a pipeline object, sorted.
@@ -22,31 +23,11 @@ const PIPELINE_FIELDS: [&str; 10] = [
     "updated_at",
 ];
 
-fn assert_invalid_parameter(reply: &crate::helpers::Reply, error: &str) {
-    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!({"error": error}),
-        "{}",
-        reply.text
-    );
-}
-
 fn assert_schema_error(reply: &crate::helpers::Reply) {
     assert_error(reply, StatusCode::BAD_REQUEST, "Schema error");
     assert!(
         reply.body["error"].get("details").is_none(),
         "Schema error has no details: {}",
-        reply.text
-    );
-}
-
-fn assert_not_found_with_id(reply: &crate::helpers::Reply, message: &str, id: &str) {
-    assert_error(reply, StatusCode::NOT_FOUND, message);
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!({"id": id}),
-        "{}",
         reply.text
     );
 }
@@ -346,15 +327,14 @@ async fn referenced_model_and_splitter_must_exist_and_be_readable() {
     let no_model_read = app
         .create_key(json!({"pipelines": 6, "text-splitters": 4}), json!(["*"]))
         .await;
-    let reply = app
-        .send_as(&no_model_read, Method::POST, "/pipelines", Some(&body))
-        .await;
+    let reply = app.as_key(&no_model_read).post("/pipelines", &body).await;
     assert_not_found_with_id(&reply, "Embedding model not found", &model);
     let no_splitter_read = app
         .create_key(json!({"pipelines": 6, "embedding-models": 4}), json!(["*"]))
         .await;
     let reply = app
-        .send_as(&no_splitter_read, Method::POST, "/pipelines", Some(&body))
+        .as_key(&no_splitter_read)
+        .post("/pipelines", &body)
         .await;
     assert_not_found_with_id(&reply, "Text Splitter not found", &splitter);
     let both = app
@@ -363,9 +343,7 @@ async fn referenced_model_and_splitter_must_exist_and_be_readable() {
             json!(["*"]),
         )
         .await;
-    let reply = app
-        .send_as(&both, Method::POST, "/pipelines", Some(&body))
-        .await;
+    let reply = app.as_key(&both).post("/pipelines", &body).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     assert_eq!(pipeline_count(&app).await, 1);
 }
@@ -386,9 +364,7 @@ async fn duplicate_names_conflict_and_creation_needs_write_on_the_type() {
         )
         .await;
     let other = app.pipeline_body(json!({})).await;
-    let reply = app
-        .send_as(&reader, Method::POST, "/pipelines", Some(&other))
-        .await;
+    let reply = app.as_key(&reader).post("/pipelines", &other).await;
     assert_error(
         &reply,
         StatusCode::FORBIDDEN,
@@ -479,7 +455,7 @@ async fn list_filters_pagination_and_visibility() {
 
     // A key sees only what it can read.
     let key = app.create_key(json!({}), json!([])).await;
-    let reply = app.send_as(&key, Method::GET, "/pipelines", None).await;
+    let reply = app.as_key(&key).get("/pipelines").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(data_of(&reply).is_empty(), "{}", reply.text);
     app.grant(
@@ -487,7 +463,7 @@ async fn list_filters_pagination_and_visibility() {
         json!([{"object_type": "pipelines", "object_id": str_of(&two, "id"), "permission": 4}]),
     )
     .await;
-    let reply = app.send_as(&key, Method::GET, "/pipelines", None).await;
+    let reply = app.as_key(&key).get("/pipelines").await;
     assert_eq!(names(&reply), ["alpha-two"]);
     let _ = one;
 }
@@ -502,9 +478,7 @@ async fn get_of_unknown_or_unreadable_pipeline_is_404_with_id() {
     let id = app.new_pipeline_id(json!({})).await;
     for permissions in [json!({}), json!({"pipelines": 3}), json!({"agents": 7})] {
         let key = app.create_key(permissions.clone(), json!(["*"])).await;
-        let reply = app
-            .send_as(&key, Method::GET, &format!("/pipelines/{id}"), None)
-            .await;
+        let reply = app.as_key(&key).get(&format!("/pipelines/{id}")).await;
         assert_not_found_with_id(&reply, "Pipeline not found", &id);
     }
     // Read on the object alone is enough, including the nested embedding model.
@@ -514,9 +488,7 @@ async fn get_of_unknown_or_unreadable_pipeline_is_404_with_id() {
         json!([{"object_type": "pipelines", "object_id": id, "permission": 4}]),
     )
     .await;
-    let reply = app
-        .send_as(&key, Method::GET, &format!("/pipelines/{id}"), None)
-        .await;
+    let reply = app.as_key(&key).get(&format!("/pipelines/{id}")).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(
         reply.body["embedding_models"].as_object().map(|m| m.len()),
@@ -637,12 +609,8 @@ async fn patch_changes_name_description_splitter_and_compatible_schema() {
     assert_not_found_with_id(&reply, "Pipeline not found", &missing);
     let reader = app.create_key(json!({"pipelines": 5}), json!(["*"])).await;
     let reply = app
-        .send_as(
-            &reader,
-            Method::PATCH,
-            &path,
-            Some(&json!({"name": "mine"})),
-        )
+        .as_key(&reader)
+        .patch(&path, &json!({"name": "mine"}))
         .await;
     assert_not_found_with_id(&reply, "Pipeline not found", &id);
     assert_eq!(app.get(&path).await.body["name"], "after");
@@ -695,9 +663,7 @@ async fn delete_removes_the_pipeline_and_everything_in_it() {
     assert!(table_exists(index_name.clone()).await);
 
     // Without write: as if missing.
-    let reply = app
-        .send_as(&key, Method::DELETE, &format!("/pipelines/{id}"), None)
-        .await;
+    let reply = app.as_key(&key).delete(&format!("/pipelines/{id}")).await;
     assert_not_found_with_id(&reply, "Pipeline not found", &id);
 
     let reply = app.delete(&format!("/pipelines/{id}")).await;
@@ -853,7 +819,7 @@ async fn classification_management_needs_allow_list_star() {
     let limited = app
         .create_key(json!({"pipelines": 7}), json!(["public"]))
         .await;
-    let reply = app.send_as(&limited, Method::GET, &path, None).await;
+    let reply = app.as_key(&limited).get(&path).await;
     assert_error(
         &reply,
         StatusCode::FORBIDDEN,
@@ -861,9 +827,7 @@ async fn classification_management_needs_allow_list_star() {
             "Unauthorized: access level AccessLevel(READ) required for pipelines with id Some({id})"
         ),
     );
-    let reply = app
-        .send_as(&limited, Method::POST, &path, Some(&body))
-        .await;
+    let reply = app.as_key(&limited).post(&path, &body).await;
     assert_error(
         &reply,
         StatusCode::FORBIDDEN,
@@ -874,16 +838,16 @@ async fn classification_management_needs_allow_list_star() {
 
     // Without read (GET) or write (POST) the pipeline is "not found", even with `*`.
     let none = app.create_key(json!({}), json!(["*"])).await;
-    let reply = app.send_as(&none, Method::GET, &path, None).await;
+    let reply = app.as_key(&none).get(&path).await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
     let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
-    let reply = app.send_as(&reader, Method::GET, &path, None).await;
+    let reply = app.as_key(&reader).get(&path).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let reply = app.send_as(&reader, Method::POST, &path, Some(&body)).await;
+    let reply = app.as_key(&reader).post(&path, &body).await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
 
     let writer = app.create_key(json!({"pipelines": 6}), json!(["*"])).await;
-    let reply = app.send_as(&writer, Method::POST, &path, Some(&body)).await;
+    let reply = app.as_key(&writer).post(&path, &body).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(
         app.get(&path).await.body["classifications"]
@@ -1157,15 +1121,11 @@ async fn metadata_indexes_are_created_listed_and_deleted() {
     assert_error(&reply, StatusCode::NOT_FOUND, "Pipeline not found");
     let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
     let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            &path,
-            Some(&json!({"field": "team"})),
-        )
+        .as_key(&reader)
+        .post(&path, &json!({"field": "team"}))
         .await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text);
-    let reply = app.send_as(&reader, Method::GET, &path, None).await;
+    let reply = app.as_key(&reader).get(&path).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
 }
 
@@ -1280,8 +1240,8 @@ fn filtered_fragment_ids(pid: &str, filter: Value) -> FilteredStatement {
     }
 }
 
-/// Indexes made before migration 5 (the pipeline id as a partial-index predicate) are rebuilt
-/// on (pipeline_id, expression) by it.
+/// Migration 5 rebuilds partial metadata indexes whose predicate is the pipeline id on
+/// (pipeline_id, expression).
 #[tokio::test]
 async fn migration_5_rebuilds_partial_metadata_indexes_with_the_pipeline_id_as_a_key() {
     let app = spawn_app_without_worker().await;
@@ -1520,7 +1480,7 @@ async fn migration_7_rebuilds_metadata_indexes_and_records_unconvertible_integer
         .await;
     assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
 
-    // As a database before migration 7 held them: the former cast, nothing recorded.
+    // The schema migration 7 starts from: indexes on the plain cast, nothing recorded.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP INDEX {name}; CREATE INDEX {name} ON fragments (pipeline_id, (((metadata ->> 'year'))::bigint)) WHERE pipeline_id IS NULL;
          DROP TABLE metadata_unconvertible; DELETE FROM _trove_migrations WHERE version = 7"
@@ -1544,8 +1504,8 @@ async fn migration_7_rebuilds_metadata_indexes_and_records_unconvertible_integer
     );
 }
 
-/// Migration 12 creates, for the pipelines made before it, the indexes on declared fields that
-/// the service keeps from then on: the same names and definitions, the same fields left out.
+/// Migration 12 creates, for existing pipelines, the indexes on declared fields that the service
+/// keeps: the same names and definitions, the same fields left out.
 #[tokio::test]
 async fn migration_12_indexes_the_declared_fields_of_existing_pipelines() {
     let app = spawn_app_without_worker().await;
@@ -1563,7 +1523,7 @@ async fn migration_12_indexes_the_declared_fields_of_existing_pipelines() {
         ["draft", "level", "team", "year"]
     );
 
-    // As a database before migration 12: no such index.
+    // The schema migration 12 starts from: no such index.
     let names: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes WHERE starts_with(indexname, 'mfidx_')",
     )

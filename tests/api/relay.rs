@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::fake_llm::{Answer, FakeLlm, Reply as FakeReply, refused_addr};
-use crate::helpers::{Reply, TestApp, assert_error, assert_plain, key_of, spawn_app};
-use crate::llms::{
-    KEY, assert_invalid, assert_not_found, create, ollama_llm, openai_llm, read_until, within,
+use crate::helpers::{
+    Reply, Req, TestApp, assert_error, assert_invalid, assert_plain, key_of, spawn_app, within,
 };
+use crate::llms::{KEY, assert_not_found, create, ollama_llm, openai_llm, read_until};
 
 const PATH: &str = "/compat/v1/chat/completions";
 
@@ -26,20 +26,21 @@ fn chat_body() -> Value {
 }
 
 /// A relay request with the master key and `x-llm-id` (when given).
-fn relay_request(app: &TestApp, llm_id: Option<&str>) -> reqwest::RequestBuilder {
-    let request = app.master(Method::POST, PATH);
+fn relay_request(app: &TestApp, llm_id: Option<&str>) -> Req {
+    let request = app.req(Method::POST, PATH).as_master();
     match llm_id {
         Some(id) => request.header("x-llm-id", id),
         None => request,
     }
 }
 
-async fn send(request: reqwest::RequestBuilder) -> reqwest::Response {
-    within(request.send()).await.expect("request sent")
+/// Sends a relay request; the response unread (relayed answers stream).
+async fn send(request: Req) -> reqwest::Response {
+    within(request.stream()).await
 }
 
-async fn reply_of(request: reqwest::RequestBuilder) -> Reply {
-    TestApp::reply(send(request).await).await
+async fn reply_of(request: Req) -> Reply {
+    Reply::read(send(request).await).await
 }
 
 fn content_type(response: &reqwest::Response) -> Option<String> {
@@ -108,7 +109,7 @@ async fn enrichment_headers_are_all_or_none() {
         let mut request = relay_request(&app, Some(&llm_id));
         for index in subset {
             let (name, value) = &headers[*index];
-            request = request.header(*name, value);
+            request = request.header(name, value);
         }
         // Before the body: an invalid body still gets the header error.
         let reply = reply_of(
@@ -122,7 +123,7 @@ async fn enrichment_headers_are_all_or_none() {
 
     let mut request = relay_request(&app, Some(&llm_id));
     for (name, value) in &headers {
-        request = request.header(*name, value);
+        request = request.header(name, value);
     }
     let reply = reply_of(request.json(&chat_body())).await;
     assert_error(
@@ -133,7 +134,7 @@ async fn enrichment_headers_are_all_or_none() {
     // Before the body, and before the LLM is looked up.
     let mut request = relay_request(&app, Some(&llm_id));
     for (name, value) in &headers {
-        request = request.header(*name, value);
+        request = request.header(name, value);
     }
     let reply = reply_of(request.header("content-type", "application/json").body("[")).await;
     assert_error(
@@ -345,7 +346,8 @@ async fn relay_permissions() {
             .await,
     );
     let reply = reply_of(
-        app.request_as(&read_only, Method::POST, PATH)
+        app.req(Method::POST, PATH)
+            .as_key(&read_only)
             .header("x-llm-id", &id)
             .json(&chat_body()),
     )
@@ -362,7 +364,8 @@ async fn relay_permissions() {
             .await,
     );
     let reply = reply_of(
-        app.request_as(&execute_only, Method::POST, PATH)
+        app.req(Method::POST, PATH)
+            .as_key(&execute_only)
             .header("x-llm-id", &id)
             .json(&chat_body()),
     )
@@ -375,7 +378,8 @@ async fn relay_permissions() {
             .await,
     );
     let response = send(
-        app.request_as(&user, Method::POST, PATH)
+        app.req(Method::POST, PATH)
+            .as_key(&user)
             .header("x-llm-id", &id)
             .json(&chat_body()),
     )
@@ -387,7 +391,7 @@ async fn relay_permissions() {
     );
 
     // No key at all: 401 before the headers are looked at.
-    let reply = reply_of(app.request(Method::POST, PATH).json(&chat_body())).await;
+    let reply = reply_of(app.req(Method::POST, PATH).json(&chat_body())).await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -449,17 +453,13 @@ async fn leave_after_the_first_chunk(answer: Answer) {
 
     drop(response);
 
-    tokio::time::timeout(Duration::from_secs(2), fake.client_left())
-        .await
-        .expect("the fake saw Trove leave within 2 s");
+    fake.assert_client_left("Trove").await;
 }
 
 #[tokio::test]
 async fn client_leaving_mid_stream_closes_the_model_server_connection() {
     // The model server goes on generating (for 5 s in all) after the client left.
-    let mut chunks = vec!["Hello".to_owned()];
-    chunks.extend((0..100).map(|i| format!(" {i}")));
-    leave_after_the_first_chunk(Answer::new(chunks).paced(Duration::from_millis(50))).await;
+    leave_after_the_first_chunk(Answer::long_paced_hello()).await;
 }
 
 /// As `llms::client_leaving_while_the_model_server_is_silent_closes_its_connection`: the

@@ -362,14 +362,11 @@ async fn rerankers_and_chat_models_are_not_interchangeable() {
         .create_key(json!({"pipelines": 5, "llms": 4}), json!(["*"]))
         .await;
     let reply = app
-        .send_as(
-            &key,
-            reqwest::Method::POST,
+        .as_key(&key)
+        .post(
             &format!("/pipelines/{pid}/search"),
-            Some(
-                &json!({"query": "x", "type": "similarity", "classification": "public",
-                         "params": {"k": 2, "rerank": reranker}}),
-            ),
+            &json!({"query": "x", "type": "similarity", "classification": "public",
+                    "params": {"k": 2, "rerank": reranker}}),
         )
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "LLM not found");

@@ -8,14 +8,14 @@
 //! hold, one for those that delete them. Then it runs `tests/python/schemathesis_run.py` with
 //! `TROVE_TEST_PYTHON`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::fake_llm::FakeLlm;
-use crate::helpers::{TestApp, data_of, key_of, spawn_app, str_of};
+use crate::helpers::{TestApp, data_of, eventually, key_of, spawn_app, str_of};
 use crate::llms::openai_llm;
 
 /// The interpreter with schemathesis: `TROVE_TEST_PYTHON` (exported by `scripts/test`), else
@@ -79,21 +79,17 @@ async fn pipeline_with_documents(app: &TestApp, model: &str) -> (String, String,
 
 /// Waits (60 s at most) until `count` versions of the pipeline are `success`.
 async fn wait_until_processed(app: &TestApp, pid: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let reply = app
-            .get(&format!("/pipelines/{pid}/documents?status=success"))
-            .await;
-        if data_of(&reply).len() == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "documents not processed: {}",
-            reply.text
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        &format!("{count} documents processed"),
+        Duration::from_secs(60),
+        || async {
+            let reply = app
+                .get(&format!("/pipelines/{pid}/documents?status=success"))
+                .await;
+            (data_of(&reply).len() == count).then_some(())
+        },
+    )
+    .await;
 }
 
 /// POSTs `body` to `path` with the master key, expecting 201; returns the new id.
@@ -144,22 +140,17 @@ async fn taxonomy(app: &TestApp) -> String {
 /// Runs the agent with tracing; returns the execution id.
 async fn traced_execution(app: &TestApp, agent: &str, pid: &str, llm: &str) -> String {
     let response = app
-        .master(Method::POST, &format!("/agents/{agent}/execute"))
+        .req(Method::POST, &format!("/agents/{agent}/execute")).as_master()
         .header("x-pipeline-id", pid)
         .header("x-llm-id", llm)
         .json(&json!({"variables": {"question": "kelp"}, "classification": "public", "tracing": true, "stream": false}))
         .send()
-        .await
-        .expect("execute");
-    assert_eq!(response.status(), StatusCode::OK);
-    let trace = response
-        .headers()
-        .get("x-service-tracing-id")
-        .and_then(|v| v.to_str().ok())
+        .await;
+    assert_eq!(response.status, StatusCode::OK);
+    response
+        .header("x-service-tracing-id")
         .expect("tracing header")
-        .to_owned();
-    response.text().await.expect("answer");
-    trace
+        .to_owned()
 }
 
 /// One object of every kind the path parameters and headers name.

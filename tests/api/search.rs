@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with, spawn_app_without_worker};
+use crate::helpers::{
+    AppOptions, TestApp, percent_encode, spawn_app_with, spawn_app_without_worker,
+};
 
 const DOCS: [(&str, &str, &str, i64); 6] = [
     (
@@ -79,8 +81,7 @@ async fn searchable_app() -> (TestApp, String) {
             .await;
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     }
-    let worker = trove::startup::build_worker(&app.state).await.unwrap();
-    let outcome = worker.step(Duration::from_millis(300)).await.unwrap();
+    let outcome = app.step().await;
     assert_eq!(outcome.stored, DOCS.len(), "{outcome:?}");
     (app, pid)
 }
@@ -95,7 +96,8 @@ async fn search(app: &TestApp, pid: &str, body: Value) -> crate::helpers::Reply 
     app.post(&format!("/pipelines/{pid}/search"), &body).await
 }
 
-fn names(reply: &crate::helpers::Reply) -> Vec<String> {
+/// The `metadata.name` of each search result.
+fn result_names(reply: &crate::helpers::Reply) -> Vec<String> {
     reply
         .body
         .as_array()
@@ -169,7 +171,7 @@ async fn params_defaults_zeros_and_threshold() {
     assert_eq!(zero.body, json!([]), "params present: omitted k is 0");
     let close = search(&app, &pid, json!({"query": "Cats purr and sleep in the sun all afternoon.", "type": "similarity", "classification": "restricted", "params": {"k": 10, "threshold": 0.0001}})).await;
     assert_eq!(
-        names(&close),
+        result_names(&close),
         vec!["cats"],
         "threshold keeps only the identical text (distance 0)"
     );
@@ -204,7 +206,7 @@ async fn full_text_requires_every_word() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let mut found = names(&reply);
+    let mut found = result_names(&reply);
     found.sort();
     assert_eq!(found, vec!["cats", "kittens"]);
     let scores: Vec<f64> = reply
@@ -240,7 +242,7 @@ async fn filters_apply_before_k() {
     let reply = search(&app, &pid, json!({"query": "animals", "type": "similarity", "classification": "restricted", "params": {"k": 10},
         "filters": {"$or": [{"year": {"$lt": 2021}}, {"name": {"$in": ["secret", "ships"]}}]}})).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    let mut found = names(&reply);
+    let mut found = result_names(&reply);
     found.sort();
     assert_eq!(found, vec!["cats", "secret", "ships"]);
     let schema = search(&app, &pid, json!({"query": "x", "type": "similarity", "classification": "public", "filters": {"color": {"$eq": "red"}}})).await;
@@ -308,12 +310,10 @@ async fn search_errors() {
     // Read without execute is "not found" on pipeline routes.
     let reader = app.create_key(json!({"pipelines": 4}), json!(["*"])).await;
     let denied = app
-        .send_as(
-            &reader,
-            reqwest::Method::POST,
-            &format!("/pipelines/{pid}/search"),
-            Some(&json!({"query": "x", "type": "similarity", "classification": "public"})),
-        )
+        .req(Method::POST, &format!("/pipelines/{pid}/search"))
+        .as_key(&reader)
+        .json(&json!({"query": "x", "type": "similarity", "classification": "public"}))
+        .send()
         .await;
     assert_eq!(denied.status, StatusCode::NOT_FOUND);
 }
@@ -363,18 +363,6 @@ async fn the_document_list_filters_by_metadata() {
         (schema.status, schema.message()),
         (StatusCode::BAD_REQUEST, "Schema error")
     );
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Across random hierarchies, a reader never receives a fragment whose classification is
@@ -501,9 +489,9 @@ async fn euclidean_and_dot_product_on_unit_vectors_follow_the_cosine_order() {
     for reply in [&cosine, &euclidean, &dot] {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     }
-    assert_eq!(names(&cosine).len(), 4);
-    assert_eq!(names(&euclidean), names(&cosine));
-    assert_eq!(names(&dot), names(&cosine));
+    assert_eq!(result_names(&cosine).len(), 4);
+    assert_eq!(result_names(&euclidean), result_names(&cosine));
+    assert_eq!(result_names(&dot), result_names(&cosine));
     // For unit vectors: |a − b| = √(2 · cosine distance), −a·b = cosine distance − 1.
     for ((c, e), d) in scores(&cosine)
         .iter()
@@ -519,8 +507,8 @@ async fn euclidean_and_dot_product_on_unit_vectors_follow_the_cosine_order() {
     limited["params"]["threshold"] = json!(top + 1e-6);
     let reply = search(&app, &pid, limited).await;
     assert_eq!(
-        names(&reply),
-        names(&euclidean)[..2].to_vec(),
+        result_names(&reply),
+        result_names(&euclidean)[..2].to_vec(),
         "{}",
         reply.text
     );
@@ -683,7 +671,7 @@ async fn selective_scopes_are_searched_exactly() {
     .await
     .unwrap();
     assert_eq!(
-        names(&reply),
+        result_names(&reply),
         expected.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()
     );
     for (got, (_, want)) in scores(&reply).iter().zip(&expected) {
@@ -775,7 +763,10 @@ async fn a_search_checks_its_key_in_the_context_read() {
         let path = path.clone();
         let body = body.clone();
         async move {
-            app.send_as(&key, reqwest::Method::POST, &path, Some(&body))
+            app.req(Method::POST, &path)
+                .as_key(&key)
+                .json(&body)
+                .send()
                 .await
         }
     };
@@ -826,7 +817,10 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
         let app = if on == "replica" { &replica } else { &app };
         let (path, body) = (path.clone(), body.clone());
         async move {
-            app.send_as(&key, reqwest::Method::POST, &path, Some(&body))
+            app.req(Method::POST, &path)
+                .as_key(&key)
+                .json(&body)
+                .send()
                 .await
         }
     };
@@ -841,7 +835,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
 
     let fresh = search_on("app", key.clone()).await;
     assert_eq!(fresh.status, StatusCode::OK, "{}", fresh.text);
-    assert_eq!(names(&fresh).len(), DOCS.len().min(5));
+    assert_eq!(result_names(&fresh).len(), DOCS.len().min(5));
     assert_eq!(remembered(&app), 0.0);
     let again = search_on("app", key.clone()).await;
     assert_eq!(again.body, fresh.body);
@@ -880,6 +874,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
         assert_eq!(search_on("replica", key.clone()).await.body, fresh.body);
     }
     assert_eq!(remembered(&replica), 4.0);
+    // Time passes: the key expires.
     let left = soon - chrono::Utc::now();
     tokio::time::sleep(left.to_std().unwrap_or_default() + Duration::from_millis(50)).await;
     refused(search_on("replica", key.clone()).await);
@@ -898,7 +893,7 @@ async fn a_remembered_search_answers_as_a_fresh_one_until_anything_it_read_chang
 /// classification condition: with as many fragments of each of three classifications, the
 /// planner's own estimate of `classification IN (all three)` is 0.70 of them (the sampled
 /// frequencies, ⅓ each as `real`, sum to just over 1, so it combines them as independent),
-/// which put a 5 % filter under the walk's threshold after some ingestions.
+/// which would put a 5 % filter under the walk's threshold after some ingestions.
 #[tokio::test]
 async fn a_scope_naming_every_classification_is_estimated_as_the_whole_pipeline() {
     use trove::retrieval::search::{self, Scope};
@@ -1043,7 +1038,7 @@ async fn a_filter_on_a_declared_field_reads_through_its_index_unless_the_schema_
     .unwrap();
     assert!(admitted.len() > 5, "{admitted:?}");
     let assert_exact = |reply: &crate::helpers::Reply| {
-        let (names, scores) = (names(reply), scores(reply));
+        let (names, scores) = (result_names(reply), scores(reply));
         assert_eq!(names.len(), 5, "{}", reply.text);
         for ((name, score), (_, nearest)) in names.iter().zip(&scores).zip(&admitted) {
             let (_, distance) = admitted.iter().find(|(n, _)| n == name).unwrap();
@@ -1179,7 +1174,8 @@ async fn the_exact_path_sees_only_current_fragments_after_new_versions_and_expir
                       "params": {"k": 10}, "filters": {"category": {"$eq": "c007"}}});
     let assert_exact = |reply: &crate::helpers::Reply| {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-        let mut got: Vec<(String, f64)> = names(reply).into_iter().zip(scores(reply)).collect();
+        let mut got: Vec<(String, f64)> =
+            result_names(reply).into_iter().zip(scores(reply)).collect();
         got.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         let mut want = nearest.clone();
         want.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));

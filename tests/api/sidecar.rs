@@ -8,12 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{AppOptions, TestApp, spawn_app_with};
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
+use crate::helpers::{AppOptions, TestApp, free_port, spawn_app_with};
 
 async fn app_with_sidecar(url: String) -> TestApp {
     spawn_app_with(AppOptions {

@@ -21,9 +21,7 @@ const STATISTICS_FIELDS: [&str; 9] = [
 #[tokio::test]
 async fn statistics_of_a_fresh_app() {
     let app = spawn_app().await;
-    let reply = app
-        .send(Method::GET, "/statistics?interval=1h", None, None)
-        .await;
+    let reply = app.req(Method::GET, "/statistics?interval=1h").send().await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let body = reply.body.as_object().expect("object");
     for field in STATISTICS_FIELDS {
@@ -49,12 +47,8 @@ async fn statistics_accept_prometheus_durations() {
     let app = spawn_app().await;
     for interval in ["1h30m", "0", "15m", "24h", "1d", "500ms", "1y2w3d4h5m6s7ms"] {
         let reply = app
-            .send(
-                Method::GET,
-                &format!("/statistics?interval={interval}"),
-                None,
-                None,
-            )
+            .req(Method::GET, &format!("/statistics?interval={interval}"))
+            .send()
             .await;
         assert_eq!(reply.status, StatusCode::OK, "{interval}: {}", reply.text);
         assert_eq!(reply.body["document_queue"], json!(0), "{interval}");
@@ -69,12 +63,8 @@ async fn statistics_reject_an_invalid_interval() {
     let app = spawn_app().await;
     for interval in ["abc", "1h1h", "1m1h", "-1h", "1", "1.5h"] {
         let reply = app
-            .send(
-                Method::GET,
-                &format!("/statistics?interval={interval}"),
-                None,
-                None,
-            )
+            .req(Method::GET, &format!("/statistics?interval={interval}"))
+            .send()
             .await;
         assert_error(
             &reply,
@@ -90,7 +80,7 @@ async fn statistics_reject_an_invalid_interval() {
 async fn statistics_need_an_interval() {
     let app = spawn_app().await;
     for path in ["/statistics", "/statistics?other=1h"] {
-        let reply = app.send(Method::GET, path, None, None).await;
+        let reply = app.req(Method::GET, path).send().await;
         assert_plain(
             &reply,
             StatusCode::BAD_REQUEST,
@@ -100,7 +90,7 @@ async fn statistics_need_an_interval() {
 }
 
 async fn scrape(app: &TestApp) -> String {
-    let reply = app.send(Method::GET, "/metrics", None, None).await;
+    let reply = app.req(Method::GET, "/metrics").send().await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.header("x-request-id").is_none());
     assert!(
@@ -141,7 +131,7 @@ async fn metrics_count_requests_by_route_template() {
     let missing = Uuid::new_v4();
     let reply = app.get(&format!("/api-keys/{missing}")).await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
-    let reply = app.send(Method::GET, "/api-keys", None, None).await;
+    let reply = app.req(Method::GET, "/api-keys").send().await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     for _ in 0..2 {
         assert_eq!(app.get("/api-keys").await.status, StatusCode::OK);
@@ -179,11 +169,12 @@ async fn metrics_count_requests_by_route_template() {
 #[tokio::test]
 async fn metrics_count_reference_routes_and_rejections() {
     let app = spawn_app().await;
-    app.send(Method::GET, "/", None, None).await;
-    app.send(Method::GET, "/healthz", None, None).await;
-    app.send(Method::GET, "/statistics?interval=abc", None, None)
+    app.req(Method::GET, "/").send().await;
+    app.req(Method::GET, "/healthz").send().await;
+    app.req(Method::GET, "/statistics?interval=abc")
+        .send()
         .await;
-    app.send(Method::PUT, "/api-keys", None, None).await;
+    app.req(Method::PUT, "/api-keys").send().await;
     let text = scrape(&app).await;
     for line in [
         r#"axum_http_requests_total{endpoint="/",method="GET",status="200"} 1"#,
@@ -251,9 +242,7 @@ async fn document_queue_counts_jobs_not_yet_done() {
     let app = crate::helpers::spawn_app_without_worker().await;
     let pid = app.new_pipeline_id(json!({})).await;
     let queue = || async {
-        let reply = app
-            .send(Method::GET, "/statistics?interval=1h", None, None)
-            .await;
+        let reply = app.req(Method::GET, "/statistics?interval=1h").send().await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
         reply.body["document_queue"].clone()
     };
@@ -273,9 +262,7 @@ async fn key_checks_without_a_database_are_counted() {
     let app = spawn_app().await;
     let (key, secret) = app.master_key();
     // Bad credentials are not outages.
-    let reply = app
-        .send(Method::GET, "/api-keys", Some((&key, "wrong")), None)
-        .await;
+    let reply = app.as_key((&key, "wrong")).get("/api-keys").await;
     assert_error(
         &reply,
         StatusCode::UNAUTHORIZED,
@@ -286,9 +273,7 @@ async fn key_checks_without_a_database_are_counted() {
 
     app.state.pool.close().await;
     for _ in 0..3 {
-        let reply = app
-            .send(Method::GET, "/api-keys", Some((&key, &secret)), None)
-            .await;
+        let reply = app.as_key((&key, &secret)).get("/api-keys").await;
         assert_error(
             &reply,
             StatusCode::UNAUTHORIZED,

@@ -7,50 +7,13 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, Reply, TempFile, TestApp, assert_error, assert_plain, assert_utc_timestamp,
-    is_uuid, key_of, spawn_app, spawn_app_with,
+    AppOptions, Reply, TestApp, assert_error, assert_invalid, assert_invalid_order_by,
+    assert_plain, assert_utc_timestamp, is_uuid, key_of, key_set, names, spawn_app,
+    spawn_app_with_license, write_denied,
 };
 
-fn write_denied(id: &str) -> String {
-    format!(
-        "Unauthorized: access level AccessLevel(WRITE) required for taxonomies with id Some({id})"
-    )
-}
-
-const CREATE_DENIED: &str =
-    "Unauthorized: access level AccessLevel(WRITE) required for taxonomies with id None";
-
-fn keys(object: &Value) -> BTreeSet<&str> {
-    object
-        .as_object()
-        .expect("object")
-        .keys()
-        .map(String::as_str)
-        .collect()
-}
-
-fn names(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .expect("data array")
-        .iter()
-        .map(|o| o["name"].as_str().expect("name").to_owned())
-        .collect()
-}
-
-/// Asserts `400 Invalid parameter` with the given `details.error`.
-fn assert_invalid(reply: &Reply, reason: &str) {
-    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
-    assert_eq!(
-        reply.body["error"]["details"]["error"], reason,
-        "{}",
-        reply.text
-    );
-}
-
 fn assert_not_found(reply: &Reply, id: &str) {
-    assert_error(reply, StatusCode::NOT_FOUND, "Taxonomy not found");
-    assert_eq!(reply.body["error"]["details"]["id"], id, "{}", reply.text);
+    crate::helpers::assert_not_found(reply, "Taxonomy not found", id);
 }
 
 /// Creates a taxonomy with the master key; returns the 201 body.
@@ -109,13 +72,11 @@ async fn add(app: &TestApp, id: &str, entries: Value) -> Value {
 
 /// `DELETE /taxonomies/{id}/entries` with a JSON body and the master key.
 async fn remove(app: &TestApp, id: &str, entries: Value) -> Reply {
-    app.send_as(
-        &app.master_key(),
-        Method::DELETE,
-        &format!("/taxonomies/{id}/entries"),
-        Some(&json!({"entries": entries})),
-    )
-    .await
+    app.req(Method::DELETE, &format!("/taxonomies/{id}/entries"))
+        .as_master()
+        .json(&json!({"entries": entries}))
+        .send()
+        .await
 }
 
 /// The links a taxonomy lists (default order).
@@ -148,7 +109,7 @@ async fn create_get_update_delete() {
     let app = spawn_app().await;
     let created = create(&app, json!({"name": "regions"})).await;
     assert_eq!(
-        keys(&created),
+        key_set(&created),
         BTreeSet::from(["id", "name", "description", "created_at", "updated_at"])
     );
     assert!(is_uuid(created["id"].as_str().expect("id")));
@@ -253,18 +214,24 @@ async fn create_and_update_errors() {
         "Failed to deserialize the JSON body into the target type: ",
     );
     // Content type and JSON syntax.
-    let reply = crate::helpers::run(app.master(Method::POST, "/taxonomies").body("{}")).await;
+    let reply = app
+        .req(Method::POST, "/taxonomies")
+        .as_master()
+        .body("{}")
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "Expected request with Content-Type: application/json",
     );
-    let reply = crate::helpers::run(
-        app.master(Method::POST, "/taxonomies")
-            .header("content-type", "application/json")
-            .body("{"),
-    )
-    .await;
+    let reply = app
+        .req(Method::POST, "/taxonomies")
+        .as_master()
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await;
     assert_plain(
         &reply,
         StatusCode::BAD_REQUEST,
@@ -273,47 +240,6 @@ async fn create_and_update_errors() {
 
     let reply = app.get("/taxonomies?count=true").await;
     assert_eq!(reply.body["page_info"]["count"], 3, "{}", reply.text);
-}
-
-#[tokio::test]
-async fn unknown_taxonomy_is_404_with_its_id() {
-    let app = spawn_app().await;
-    let id = Uuid::new_v4().to_string();
-    let entries = json!({"entries": [link("region", "europe", "country", "france")]});
-    let cases: [(Method, String, Option<Value>); 6] = [
-        (Method::GET, format!("/taxonomies/{id}"), None),
-        (Method::PATCH, format!("/taxonomies/{id}"), Some(json!({}))),
-        (Method::DELETE, format!("/taxonomies/{id}"), None),
-        (Method::GET, format!("/taxonomies/{id}/entries"), None),
-        (
-            Method::POST,
-            format!("/taxonomies/{id}/entries"),
-            Some(entries.clone()),
-        ),
-        (
-            Method::DELETE,
-            format!("/taxonomies/{id}/entries"),
-            Some(entries),
-        ),
-    ];
-    for (method, path, body) in cases {
-        let reply = app
-            .send_as(&app.master_key(), method.clone(), &path, body.as_ref())
-            .await;
-        assert_not_found(&reply, &id);
-    }
-    let reply = app.get("/taxonomies/not-a-uuid").await;
-    assert_plain(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid URL: Cannot parse `taxonomy_id` with value `not-a-uuid`",
-    );
-    let reply = app.get("/taxonomies/not-a-uuid/entries").await;
-    assert_plain(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid URL: Cannot parse `taxonomy_id` with value `not-a-uuid`",
-    );
 }
 
 #[tokio::test]
@@ -388,15 +314,7 @@ async fn taxonomy_list_filters_and_ordering() {
     let reply = app
         .get("/taxonomies?order_by=description&order_by=entries")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!(["description", "entries"])
-    );
+    assert_invalid_order_by(&reply, json!(["description", "entries"]));
 
     // Cursor pagination.
     let first = query("first=2&order_by=name&count=true").await;
@@ -428,7 +346,7 @@ async fn entries_are_added_and_listed() {
     let france_paris = link("country", "france", "city", "paris");
     let france_lyon = link("country", "france", "city", "lyon");
     let body = add(&app, &id, json!([europe_france, france_paris, france_lyon])).await;
-    assert_eq!(keys(&body), BTreeSet::from(["added", "skipped"]));
+    assert_eq!(key_set(&body), BTreeSet::from(["added", "skipped"]));
     assert_eq!(body["skipped"], json!([]));
     let added = body["added"].as_array().expect("added");
     assert_eq!(added.len(), 3);
@@ -437,7 +355,7 @@ async fn entries_are_added_and_listed() {
         .zip([&europe_france, &france_paris, &france_lyon])
     {
         assert_eq!(
-            keys(entry),
+            key_set(entry),
             BTreeSet::from([
                 "id",
                 "parent_field",
@@ -663,7 +581,10 @@ async fn removal_ignores_links_of_other_taxonomies() {
         "Expected request with Content-Type: application/json",
     );
     let reply = app
-        .send_as(&app.master_key(), Method::DELETE, &path, Some(&json!({})))
+        .req(Method::DELETE, &path)
+        .as_master()
+        .json(&json!({}))
+        .send()
         .await;
     assert_plain(
         &reply,
@@ -763,15 +684,7 @@ async fn entry_list_filters_ordering_and_pagination() {
             "/taxonomies/{id}/entries?order_by=taxonomy_id&order_by=name"
         ))
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!(["taxonomy_id", "name"])
-    );
+    assert_invalid_order_by(&reply, json!(["taxonomy_id", "name"]));
 
     // Cursor and offset pagination.
     let page = query("first=3&order_by=child_value").await;
@@ -799,120 +712,37 @@ async fn entry_list_filters_ordering_and_pagination() {
 
 // ---- Permissions -------------------------------------------------------------------------
 
+/// What the permission matrix of `resource_permissions` does not cover: the entries a key
+/// reads and writes follow its permission on their taxonomy.
 #[tokio::test]
-async fn permissions_on_taxonomies() {
+async fn entries_follow_the_permissions_on_their_taxonomy() {
     let app = spawn_app().await;
     let created = create(&app, json!({"name": "guarded"})).await;
     let id = created["id"].as_str().expect("id").to_owned();
-    let path = format!("/taxonomies/{id}");
-    let entries_path = format!("{path}/entries");
+    let entries_path = format!("/taxonomies/{id}/entries");
     let entries = json!({"entries": [link("region", "europe", "country", "france")]});
     add(&app, &id, json!([link("a", "1", "b", "2")])).await;
 
-    // No read: 404 for every operation on it, absent from the list, no create.
-    let nothing = key_of(&app.create_key_with(json!({"name": "nothing"})).await);
-    let operations: [(Method, &str, Option<&Value>); 6] = [
-        (Method::GET, &path, None),
-        (Method::PATCH, &path, Some(&json!({"name": "x"}))),
-        (Method::DELETE, &path, None),
-        (Method::GET, &entries_path, None),
-        (Method::POST, &entries_path, Some(&entries)),
-        (Method::DELETE, &entries_path, Some(&entries)),
-    ];
-    for (method, target, body) in &operations {
-        let reply = app.send_as(&nothing, method.clone(), target, *body).await;
-        assert_not_found(&reply, &id);
-    }
-    let reply = app
-        .send_as(&nothing, Method::GET, "/taxonomies", None)
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body["data"], json!([]));
-    let reply = app
-        .send_as(
-            &nothing,
-            Method::POST,
-            "/taxonomies",
-            Some(&json!({"name": "new"})),
-        )
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-    // Permission comes before validation.
-    let reply = app
-        .send_as(
-            &nothing,
-            Method::POST,
-            "/taxonomies",
-            Some(&json!({"name": ""})),
-        )
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-
-    // Write without read is still "not found" on the object, but creates.
-    let write_only = key_of(
-        &app.create_key_with(json!({"name": "w", "permissions": {"taxonomies": 2}}))
-            .await,
-    );
-    let reply = app.send_as(&write_only, Method::DELETE, &path, None).await;
-    assert_not_found(&reply, &id);
-    let reply = app
-        .send_as(&write_only, Method::POST, &entries_path, Some(&entries))
-        .await;
-    assert_not_found(&reply, &id);
-    let reply = app
-        .send_as(
-            &write_only,
-            Method::POST,
-            "/taxonomies",
-            Some(&json!({"name": "by writer"})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
-
-    // Read without write: reads work, changes are 403.
+    // Read without write: the entries are listed; adding them is 403 before validation.
     let reader = key_of(
         &app.create_key_with(json!({"name": "r", "permissions": {"taxonomies": 4}}))
             .await,
     );
-    let reply = app.send_as(&reader, Method::GET, &path, None).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body, created);
-    let reply = app.send_as(&reader, Method::GET, &entries_path, None).await;
+    let reply = app.as_key(&reader).get(&entries_path).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body["data"].as_array().expect("data").len(), 1);
-    for (method, target, body) in &operations[1..] {
-        if *method == Method::GET {
-            continue;
-        }
-        let reply = app.send_as(&reader, method.clone(), target, *body).await;
-        assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&id));
-    }
-    // Permission comes before validation of the entries.
     let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            &entries_path,
-            Some(&json!({"entries": [link("1", "", "1", "")]})),
-        )
+        .as_key(&reader)
+        .post(&entries_path, &json!({"entries": [link("1", "", "1", "")]}))
         .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&id));
-    let reply = app
-        .send_as(
-            &reader,
-            Method::POST,
-            "/taxonomies",
-            Some(&json!({"name": "new"})),
-        )
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-    let reply = app.send_as(&reader, Method::GET, "/taxonomies", None).await;
-    let mut listed = names(&reply.body);
-    listed.sort();
-    assert_eq!(listed, ["by writer", "guarded"]);
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &write_denied("taxonomies", &id),
+    );
     assert_eq!(stored_count(&app, &id).await, 1);
 
-    // An object entry: only that taxonomy is listed, and it can be changed.
+    // An object entry with write: entries are added and removed.
     let object_key = app.create_key_with(json!({"name": "object"})).await;
     app.grant(
         object_key["id"].as_str().expect("id"),
@@ -920,41 +750,17 @@ async fn permissions_on_taxonomies() {
     )
     .await;
     let object_key = key_of(&object_key);
-    let reply = app
-        .send_as(&object_key, Method::GET, "/taxonomies", None)
-        .await;
-    assert_eq!(names(&reply.body), ["guarded"]);
-    let reply = app
-        .send_as(&object_key, Method::POST, &entries_path, Some(&entries))
-        .await;
+    let reply = app.as_key(&object_key).post(&entries_path, &entries).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body["added"].as_array().expect("added").len(), 1);
     let reply = app
-        .send_as(&object_key, Method::DELETE, &entries_path, Some(&entries))
+        .req(Method::DELETE, &entries_path)
+        .as_key(&object_key)
+        .json(&entries)
+        .send()
         .await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
-    let reply = app
-        .send_as(
-            &object_key,
-            Method::PATCH,
-            &path,
-            Some(&json!({"description": "by object entry"})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body["description"], "by object entry");
-    // Creating still needs write on the type.
-    let reply = app
-        .send_as(
-            &object_key,
-            Method::POST,
-            "/taxonomies",
-            Some(&json!({"name": "new"})),
-        )
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
-    let reply = app.send_as(&object_key, Method::DELETE, &path, None).await;
-    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
+    assert_eq!(stored_count(&app, &id).await, 1);
 }
 
 #[tokio::test]
@@ -1000,12 +806,8 @@ async fn delete_removes_entries_and_permission_entries() {
 
 #[tokio::test]
 async fn license_limits_taxonomies() {
-    let file = TempFile::new(r#"{"limits":{"taxonomies":1}}"#);
-    let app = spawn_app_with(AppOptions {
-        env: [("TROVE_LICENSE".to_owned(), file.path())].into(),
-        ..AppOptions::default()
-    })
-    .await;
+    let (app, _file) =
+        spawn_app_with_license(r#"{"limits":{"taxonomies":1}}"#, AppOptions::default()).await;
     let id = create_named(&app, "only").await;
     let reply = app.post("/taxonomies", &json!({"name": "second"})).await;
     assert_error(

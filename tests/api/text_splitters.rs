@@ -1,62 +1,16 @@
 //! Text splitter providers and text splitters.
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, TestApp, assert_error, assert_utc_timestamp, is_uuid, key_of, spawn_app,
-    spawn_app_with,
+    AppOptions, TestApp, assert_error, assert_invalid, assert_invalid_order_by,
+    assert_utc_timestamp, create_denied, ids, is_uuid, key_of, key_set, names, spawn_app,
+    spawn_app_with_license,
 };
-
-fn write_denied(id: &str) -> String {
-    format!(
-        "Unauthorized: access level AccessLevel(WRITE) required for text-splitters with id Some({id})"
-    )
-}
-
-const CREATE_DENIED: &str =
-    "Unauthorized: access level AccessLevel(WRITE) required for text-splitters with id None";
-
-fn names(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .expect("data array")
-        .iter()
-        .map(|o| o["name"].as_str().expect("name").to_owned())
-        .collect()
-}
-
-fn ids(body: &Value) -> Vec<String> {
-    body["data"]
-        .as_array()
-        .expect("data array")
-        .iter()
-        .map(|o| o["id"].as_str().expect("id").to_owned())
-        .collect()
-}
-
-fn keys_of(object: &Value) -> BTreeSet<&str> {
-    object
-        .as_object()
-        .expect("object")
-        .keys()
-        .map(String::as_str)
-        .collect()
-}
-
-/// Asserts `400 Invalid parameter` with the given `details.error`.
-fn assert_invalid(reply: &crate::helpers::Reply, reason: &str) {
-    assert_error(reply, StatusCode::BAD_REQUEST, "Invalid parameter");
-    assert_eq!(
-        reply.body["error"]["details"]["error"], reason,
-        "{}",
-        reply.text
-    );
-}
 
 /// The listed object named `name` (master key, seeded objects included).
 async fn by_name(app: &TestApp, path: &str, name: &str) -> Value {
@@ -136,7 +90,7 @@ async fn seeded_providers_exist_with_their_parameters() {
         let listed = by_name(&app, "/text-splitter-providers", name).await;
         assert_eq!(listed["parameters"], parameters, "{name}");
         assert_eq!(
-            keys_of(&listed),
+            key_set(&listed),
             BTreeSet::from([
                 "id",
                 "name",
@@ -218,7 +172,7 @@ async fn create_fills_defaults() {
         let name = format!("mine-{provider}");
         let body = create(&app, json!({"name": name, "provider": provider})).await;
         assert_eq!(
-            keys_of(&body),
+            key_set(&body),
             BTreeSet::from([
                 "id",
                 "name",
@@ -417,38 +371,6 @@ async fn create_errors() {
 }
 
 // ---- Get, update, delete -----------------------------------------------------------------
-
-#[tokio::test]
-async fn unknown_splitter_is_404_with_its_id() {
-    let app = spawn_app().await;
-    let id = Uuid::new_v4();
-    for method in [Method::GET, Method::PATCH, Method::DELETE] {
-        let body = (method == Method::PATCH).then(|| json!({}));
-        let reply = app
-            .send_as(
-                &app.master_key(),
-                method.clone(),
-                &format!("/text-splitters/{id}"),
-                body.as_ref(),
-            )
-            .await;
-        assert_error(&reply, StatusCode::NOT_FOUND, "Text Splitter not found");
-        assert_eq!(
-            reply.body["error"]["details"]["id"],
-            id.to_string(),
-            "{method}"
-        );
-    }
-    let reply = app.get("/text-splitters/not-a-uuid").await;
-    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
-    assert!(
-        reply
-            .text
-            .starts_with("Invalid URL: Cannot parse `text_splitter_id` with value `not-a-uuid`"),
-        "{}",
-        reply.text
-    );
-}
 
 #[tokio::test]
 async fn patch_replaces_parameters_whole_and_revalidates() {
@@ -698,86 +620,6 @@ async fn delete_while_a_pending_version_overrides_it_is_409() {
 // ---- Permissions -------------------------------------------------------------------------
 
 #[tokio::test]
-async fn permissions_on_splitters() {
-    let app = spawn_app().await;
-    let created = create(&app, json!({"name": "guarded", "provider": "token"})).await;
-    let id = created["id"].as_str().expect("id").to_owned();
-    let path = format!("/text-splitters/{id}");
-
-    // No read: 404 for every operation on it, absent from the list.
-    let nothing = key_of(&app.create_key_with(json!({"name": "nothing"})).await);
-    for method in [Method::GET, Method::PATCH, Method::DELETE] {
-        let body = (method == Method::PATCH).then(|| json!({"name": "x"}));
-        let reply = app
-            .send_as(&nothing, method.clone(), &path, body.as_ref())
-            .await;
-        assert_error(&reply, StatusCode::NOT_FOUND, "Text Splitter not found");
-        assert_eq!(
-            reply.body["error"]["details"]["id"],
-            id.as_str(),
-            "{method}"
-        );
-    }
-    let reply = app
-        .send_as(&nothing, Method::GET, "/text-splitters", None)
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body["data"], json!([]));
-
-    // Write without read is still "not found".
-    let write_only = key_of(
-        &app.create_key_with(json!({"name": "w", "permissions": {"text-splitters": 2}}))
-            .await,
-    );
-    let reply = app.send_as(&write_only, Method::DELETE, &path, None).await;
-    assert_error(&reply, StatusCode::NOT_FOUND, "Text Splitter not found");
-
-    // Read without write: 403 on changes.
-    let reader = key_of(
-        &app.create_key_with(json!({"name": "r", "permissions": {"text-splitters": 4}}))
-            .await,
-    );
-    let reply = app.send_as(&reader, Method::GET, &path, None).await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body, created);
-    let reply = app
-        .send_as(&reader, Method::PATCH, &path, Some(&json!({"name": "x"})))
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&id));
-    let reply = app.send_as(&reader, Method::DELETE, &path, None).await;
-    assert_error(&reply, StatusCode::FORBIDDEN, &write_denied(&id));
-    let reply = app
-        .send_as(&reader, Method::GET, "/text-splitters", None)
-        .await;
-    assert_eq!(reply.body["data"].as_array().expect("data").len(), 4);
-
-    // An object entry: only that splitter is readable, and writable.
-    let object_key = app.create_key_with(json!({"name": "object"})).await;
-    app.grant(
-        object_key["id"].as_str().expect("id"),
-        json!([{"object_type": "text-splitters", "object_id": id, "permission": 6}]),
-    )
-    .await;
-    let object_key = key_of(&object_key);
-    let reply = app
-        .send_as(&object_key, Method::GET, "/text-splitters", None)
-        .await;
-    assert_eq!(ids(&reply.body), std::slice::from_ref(&id));
-    let reply = app
-        .send_as(
-            &object_key,
-            Method::PATCH,
-            &path,
-            Some(&json!({"description": "by object entry"})),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-    assert_eq!(reply.body["description"], "by object entry");
-    let reply = app.send_as(&object_key, Method::DELETE, &path, None).await;
-    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text);
-}
-
-#[tokio::test]
 async fn create_needs_write_on_the_type_and_on_the_provider() {
     let app = spawn_app().await;
     let body = json!({"name": "new", "provider": "character"});
@@ -787,10 +629,12 @@ async fn create_needs_write_on_the_type_and_on_the_provider() {
         &app.create_key_with(json!({"name": "r", "permissions": {"text-splitters": 4, "text-splitter-providers": 7}}))
             .await,
     );
-    let reply = app
-        .send_as(&reader, Method::POST, "/text-splitters", Some(&body))
-        .await;
-    assert_error(&reply, StatusCode::FORBIDDEN, CREATE_DENIED);
+    let reply = app.as_key(&reader).post("/text-splitters", &body).await;
+    assert_error(
+        &reply,
+        StatusCode::FORBIDDEN,
+        &create_denied("text-splitters"),
+    );
 
     // Write on the type, but not on the provider: 404 `Text Splitter not found`.
     let no_provider = key_of(
@@ -798,16 +642,16 @@ async fn create_needs_write_on_the_type_and_on_the_provider() {
             .await,
     );
     let reply = app
-        .send_as(&no_provider, Method::POST, "/text-splitters", Some(&body))
+        .as_key(&no_provider)
+        .post("/text-splitters", &body)
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Text Splitter not found");
     // An unknown provider is still a validation error.
     let reply = app
-        .send_as(
-            &no_provider,
-            Method::POST,
+        .as_key(&no_provider)
+        .post(
             "/text-splitters",
-            Some(&json!({"name": "new", "provider": "nope"})),
+            &json!({"name": "new", "provider": "nope"}),
         )
         .await;
     assert_invalid(&reply, "Text splitter provider not found: nope");
@@ -824,15 +668,15 @@ async fn create_needs_write_on_the_type_and_on_the_provider() {
     .await;
     let provider_key = key_of(&provider_key);
     let reply = app
-        .send_as(&provider_key, Method::POST, "/text-splitters", Some(&body))
+        .as_key(&provider_key)
+        .post("/text-splitters", &body)
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
     let reply = app
-        .send_as(
-            &provider_key,
-            Method::POST,
+        .as_key(&provider_key)
+        .post(
             "/text-splitters",
-            Some(&json!({"name": "other", "provider": "token"})),
+            &json!({"name": "other", "provider": "token"}),
         )
         .await;
     assert_error(&reply, StatusCode::NOT_FOUND, "Text Splitter not found");
@@ -845,12 +689,8 @@ async fn permissions_on_providers() {
     let token_id = token["id"].as_str().expect("id").to_owned();
     let nothing = key_of(&app.create_key_with(json!({"name": "nothing"})).await);
     let reply = app
-        .send_as(
-            &nothing,
-            Method::GET,
-            &format!("/text-splitter-providers/{token_id}"),
-            None,
-        )
+        .as_key(&nothing)
+        .get(&format!("/text-splitter-providers/{token_id}"))
         .await;
     assert_error(
         &reply,
@@ -858,9 +698,7 @@ async fn permissions_on_providers() {
         "Text Splitter provider not found",
     );
     assert_eq!(reply.body["error"]["details"]["id"], token_id.as_str());
-    let reply = app
-        .send_as(&nothing, Method::GET, "/text-splitter-providers", None)
-        .await;
+    let reply = app.as_key(&nothing).get("/text-splitter-providers").await;
     assert_eq!(reply.body["data"], json!([]));
 
     let object_key = app.create_key_with(json!({"name": "object"})).await;
@@ -871,16 +709,13 @@ async fn permissions_on_providers() {
     .await;
     let object_key = key_of(&object_key);
     let reply = app
-        .send_as(&object_key, Method::GET, "/text-splitter-providers", None)
+        .as_key(&object_key)
+        .get("/text-splitter-providers")
         .await;
     assert_eq!(ids(&reply.body), std::slice::from_ref(&token_id));
     let reply = app
-        .send_as(
-            &object_key,
-            Method::GET,
-            &format!("/text-splitter-providers/{token_id}"),
-            None,
-        )
+        .as_key(&object_key)
+        .get(&format!("/text-splitter-providers/{token_id}"))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.body, token);
@@ -890,7 +725,7 @@ async fn permissions_on_providers() {
 async fn requests_without_a_key_are_401() {
     let app = spawn_app().await;
     for path in ["/text-splitters", "/text-splitter-providers"] {
-        let reply = app.send(Method::GET, path, None, None).await;
+        let reply = app.req(Method::GET, path).send().await;
         assert_error(
             &reply,
             StatusCode::UNAUTHORIZED,
@@ -983,15 +818,7 @@ async fn splitter_list_filters_and_pagination() {
     let reply = app
         .get("/text-splitters?order_by=parameters&order_by=description")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(
-        reply.body["error"]["details"],
-        json!(["parameters", "description"])
-    );
+    assert_invalid_order_by(&reply, json!(["parameters", "description"]));
 
     // Cursor pagination.
     let first = query("first=4&order_by=name&count=true").await;
@@ -1064,42 +891,15 @@ async fn provider_list_filters_and_ordering() {
     let reply = app
         .get("/text-splitter-providers?order_by=description")
         .await;
-    assert_error(
-        &reply,
-        StatusCode::BAD_REQUEST,
-        "Invalid order_by parameter",
-    );
-    assert_eq!(reply.body["error"]["details"], json!(["description"]));
+    assert_invalid_order_by(&reply, json!(["description"]));
 }
 
 // ---- License -----------------------------------------------------------------------------
 
-/// A license file in the temporary directory, removed when dropped.
-struct LicenseFile(PathBuf);
-
-impl Drop for LicenseFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-async fn app_with_license(content: &str) -> (TestApp, LicenseFile) {
-    let path = std::env::temp_dir().join(format!("trove-license-{}.json", Uuid::new_v4()));
-    std::fs::write(&path, content).expect("write license");
-    let app = spawn_app_with(AppOptions {
-        env: HashMap::from([(
-            "TROVE_LICENSE".to_owned(),
-            path.to_string_lossy().into_owned(),
-        )]),
-        ..AppOptions::default()
-    })
-    .await;
-    (app, LicenseFile(path))
-}
-
 #[tokio::test]
 async fn license_limit_counts_the_seeded_splitters() {
-    let (app, _file) = app_with_license(r#"{"limits":{"text-splitters":3}}"#).await;
+    let (app, _file) =
+        spawn_app_with_license(r#"{"limits":{"text-splitters":3}}"#, AppOptions::default()).await;
     let reply = app
         .post(
             "/text-splitters",
@@ -1132,7 +932,8 @@ async fn license_limit_counts_the_seeded_splitters() {
 
 #[tokio::test]
 async fn license_exceeded_refuses_changes() {
-    let (app, _file) = app_with_license(r#"{"limits":{"text-splitters":2}}"#).await;
+    let (app, _file) =
+        spawn_app_with_license(r#"{"limits":{"text-splitters":2}}"#, AppOptions::default()).await;
     let token = by_name(&app, "/text-splitters", "token").await;
     let path = format!("/text-splitters/{}", token["id"].as_str().expect("id"));
     let reply = app.patch(&path, &json!({"description": "edited"})).await;

@@ -14,8 +14,9 @@ use trove::store::ingestion::fail_stale_pending as sweep;
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, TestApp, assert_error, assert_utc_timestamp, data_of, metric_value, spawn_app_with,
-    spawn_app_without_worker, str_of, uuid_of, worker_metric,
+    AppOptions, TestApp, assert_error, assert_utc_timestamp, data_of, eventually, free_port,
+    metric_value, paragraphs, spawn_app_with, spawn_app_without_worker, str_of, uuid_of,
+    worker_metric,
 };
 
 /// The seven worker metrics.
@@ -115,11 +116,9 @@ async fn raw_texts(app: &TestApp, version: &Value) -> i64 {
     .unwrap()
 }
 
+/// A text long enough for several fragments with the default splitter.
 fn long_text(word: &str) -> String {
-    (0..40)
-        .map(|i| format!("{word} paragraph {i} with a few more words to fill the line."))
-        .collect::<Vec<_>>()
-        .join("\n\n")
+    paragraphs(word, 40)
 }
 
 #[tokio::test]
@@ -396,6 +395,7 @@ async fn a_failing_group_stays_pending_and_is_delivered_again_after_the_delay() 
 
     // ...but after it.
     break_model(&app, model_id, false).await;
+    // Time passes: the redelivery delay (1 s).
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let outcome = step(&worker).await;
     assert_eq!(
@@ -457,6 +457,7 @@ async fn a_failure_on_one_document_returns_only_its_job() {
         .execute(&app.pool)
         .await
         .unwrap();
+    // Time passes: the redelivery delay (1 s).
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let outcome = step(&worker).await;
     assert_eq!(
@@ -511,6 +512,7 @@ async fn a_job_fetched_by_a_worker_that_dies_is_delivered_again_after_the_ack_wa
     assert_eq!(early.jobs, 0, "{early:?}");
     assert_eq!(status_of(&app, &version).await, "pending");
 
+    // Time passes: the ack wait ends.
     tokio::time::sleep(Duration::from_millis(2200).saturating_sub(started.elapsed())).await;
     let outcome = step(&worker).await;
     assert_eq!(outcome.jobs, 1, "{outcome:?}");
@@ -547,6 +549,7 @@ async fn slow_embeddings(
             Duration::ZERO
         }
     };
+    // The fake server's pace: a slow answer.
     tokio::time::sleep(delay).await;
     let count = body["input"].as_array().map_or(0, Vec::len);
     let data: Vec<Value> = (0..count)
@@ -586,14 +589,12 @@ async fn pipeline_with_slow_model(app: &TestApp, fake: &SlowShared) -> String {
 
 /// Waits until the fake embeddings server has received `count` requests.
 async fn embedding_requests(fake: &SlowShared, count: usize) {
-    let started = Instant::now();
-    while fake.lock().unwrap().requests < count {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no embedding request"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        &format!("{count} embedding requests"),
+        Duration::from_secs(10),
+        || async { (fake.lock().unwrap().requests >= count).then_some(()) },
+    )
+    .await;
 }
 
 /// Steps `worker` until `busy` finishes, asserting that it never receives a job meanwhile;
@@ -625,7 +626,7 @@ async fn an_existing_consumer_takes_the_configured_ack_wait() {
         ..AppOptions::default()
     })
     .await;
-    // The consumer as an earlier release created it: a five-minute ack wait.
+    // A consumer already in place with a five-minute ack wait.
     app.state.queue.ensure_stream().await.unwrap();
     let stream = app
         .state
@@ -713,7 +714,7 @@ async fn a_live_worker_keeps_a_batch_slower_than_the_ack_wait() {
         assert_eq!(status_of(&app, version).await, "success");
         assert_one_fragment_set(&app, version).await;
     }
-    // Acknowledged: nothing comes back after another ack wait.
+    // Acknowledged: nothing comes back after another ack wait (time passes).
     tokio::time::sleep(ack_wait + Duration::from_millis(500)).await;
     assert_eq!(step(&other).await.jobs, 0, "acknowledged");
 }
@@ -1030,11 +1031,12 @@ async fn outbox_entries(app: &TestApp, version: &Value) -> i64 {
 
 /// Waits for the background removal of a submitted version's outbox entry (`ingest::outbox`).
 async fn outbox_entry_removed(app: &TestApp, version: &Value) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while outbox_entries(app, version).await != 0 {
-        assert!(Instant::now() < deadline, "the outbox entry stayed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        "the outbox entry removed",
+        Duration::from_secs(5),
+        || async { (outbox_entries(app, version).await == 0).then_some(()) },
+    )
+    .await;
 }
 
 /// Puts back the outbox entry of a submitted version (once the submission's removal has
@@ -1096,13 +1098,12 @@ async fn a_version_whose_job_was_never_published_is_processed_after_the_republis
     // without any new submission.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(worker.clone().run(1, stopped));
-    while status_of(&app, &stranded).await == "pending" {
-        assert!(
-            committed.elapsed() < Duration::from_secs(15),
-            "the stranded version was not processed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        "the stranded version processed within 15 s of its commit",
+        Duration::from_secs(15).saturating_sub(committed.elapsed()),
+        || async { (status_of(&app, &stranded).await != "pending").then_some(()) },
+    )
+    .await;
     let processed = committed.elapsed();
     stop.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(10), running)
@@ -1129,6 +1130,7 @@ async fn a_submission_confirms_its_job_and_nothing_is_published_again() {
     let version = app.submit_text(&pid, "doc", &long_text("buoy")).await;
     outbox_entry_removed(&app, &version).await;
     // Pending (no worker ran) beyond the delay: its job is in the queue, so none is added.
+    // Time passes: the republish delay (1 s).
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(worker.republish_unconfirmed().await.unwrap(), 0);
     assert_eq!(
@@ -1161,6 +1163,7 @@ async fn a_job_queued_twice_by_the_sweep_is_processed_once() {
         .await;
     unconfirm(&app, &waiting).await;
 
+    // Time passes: the republish delay (1 s).
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // Two sweeps at once (two workers): each job is published again once.
     let other = app.worker().await;
@@ -1214,6 +1217,7 @@ async fn an_unconfirmed_job_is_claimed_at_most_once_per_republish_delay() {
             .is_empty(),
         "too recent"
     );
+    // Time passes: the delay `after`.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let claimed = claim_unconfirmed_jobs(&app.pool, after, 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
@@ -1226,6 +1230,7 @@ async fn an_unconfirmed_job_is_claimed_at_most_once_per_republish_delay() {
             .unwrap()
             .is_empty()
     );
+    // Time passes: the delay `after`.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(
         claim_unconfirmed_jobs(&app.pool, after, 10).await.unwrap(),
@@ -1247,26 +1252,16 @@ async fn an_unconfirmed_job_is_claimed_at_most_once_per_republish_delay() {
     assert_eq!(outbox_entries(&app, &gone).await, 0);
 }
 
-/// A free local port (bound, then released).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// GETs a URL until it answers (at most `limit`).
-async fn get_when_up(url: &str, limit: Duration) -> Option<(StatusCode, String)> {
-    let started = Instant::now();
+/// GETs a URL until it answers (at most `limit`). A raw client: the server is the worker's
+/// metrics listener, not the app.
+async fn get_when_up(url: &str, limit: Duration) -> (StatusCode, String) {
     let client = reqwest::Client::new();
-    loop {
-        if let Ok(response) = client.get(url).send().await {
-            let status = response.status();
-            return Some((status, response.text().await.unwrap_or_default()));
-        }
-        if started.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(&format!("an answer from {url}"), limit, || async {
+        let response = client.get(url).send().await.ok()?;
+        let status = response.status();
+        Some((status, response.text().await.unwrap_or_default()))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -1282,15 +1277,11 @@ async fn the_in_process_worker_serves_its_metrics() {
     })
     .await;
     let base = format!("http://127.0.0.1:{port}");
-    let (status, body) = get_when_up(&format!("{base}/health"), Duration::from_secs(10))
-        .await
-        .unwrap_or_else(|| panic!("no worker metrics server on {base} (TROVE_WORKER=true)"));
+    let (status, body) = get_when_up(&format!("{base}/health"), Duration::from_secs(10)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, "OK");
     for path in ["/anything", "/", "/metrics"] {
-        let (status, text) = get_when_up(&format!("{base}{path}"), Duration::from_secs(1))
-            .await
-            .expect("metrics");
+        let (status, text) = get_when_up(&format!("{base}{path}"), Duration::from_secs(1)).await;
         assert_eq!(status, StatusCode::OK);
         assert!(
             text.contains("# TYPE service_document_queue_processed counter"),
@@ -1329,19 +1320,12 @@ async fn the_in_process_worker_processes_documents() {
     .await;
     let pid = app.new_pipeline_id(json!({})).await;
     let version = app.submit_text(&pid, "doc", &long_text("current")).await;
-    let started = Instant::now();
-    let mut status = String::new();
-    while started.elapsed() < Duration::from_secs(15) {
-        status = status_of(&app, &version).await;
-        if status == "success" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        status, "success",
-        "the worker of `trove serve` did not process the job"
-    );
+    eventually(
+        "the worker of `trove serve` processed the job",
+        Duration::from_secs(15),
+        || async { (status_of(&app, &version).await == "success").then_some(()) },
+    )
+    .await;
     assert_one_fragment_set(&app, &version).await;
 }
 
@@ -1364,8 +1348,7 @@ async fn concurrent_batches_store_every_version_once_and_stop_cleanly() {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     // Three loops over one consumer: at least two batches of 100 are in flight at once.
     let running = tokio::spawn(worker.clone().run(3, stopped));
-    let started = Instant::now();
-    loop {
+    eventually("240 of 240 processed", Duration::from_secs(120), || async {
         let done: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM documents WHERE pipeline_id = $1 AND status = 'success'",
         )
@@ -1373,15 +1356,9 @@ async fn concurrent_batches_store_every_version_once_and_stop_cleanly() {
         .fetch_one(&app.pool)
         .await
         .unwrap();
-        if done == 240 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{done} of 240 processed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (done == 240).then_some(())
+    })
+    .await;
     stop.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(10), running)
         .await
@@ -1403,18 +1380,15 @@ struct OwnNats {
 }
 
 impl OwnNats {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+    async fn start() -> Self {
+        let port = free_port();
         let store = std::env::temp_dir().join(format!("trove-nats-{}", Uuid::new_v4().simple()));
         let mut nats = Self {
             port,
             store,
             process: None,
         };
-        nats.restart();
+        nats.restart().await;
         nats
     }
 
@@ -1422,7 +1396,7 @@ impl OwnNats {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    fn restart(&mut self) {
+    async fn restart(&mut self) {
         let child = std::process::Command::new("nats-server")
             .args([
                 "-js",
@@ -1438,11 +1412,18 @@ impl OwnNats {
             .spawn()
             .expect("nats-server runs (scripts/test installs it)");
         self.process = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let port = self.port;
+        eventually(
+            "nats-server started",
+            Duration::from_secs(10),
+            || async move {
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .ok()
+                    .map(drop)
+            },
+        )
+        .await;
     }
 
     fn stop(&mut self) {
@@ -1464,7 +1445,7 @@ impl Drop for OwnNats {
 /// back, submissions are queued and processed again without restarting Trove.
 #[tokio::test]
 async fn submissions_recover_when_nats_comes_back() {
-    let mut nats = OwnNats::start();
+    let mut nats = OwnNats::start().await;
     let app = spawn_app_with(AppOptions {
         env: HashMap::from([("TROVE_NATS_URL".to_owned(), nats.url())]),
         ..AppOptions::default()
@@ -1485,31 +1466,27 @@ async fn submissions_recover_when_nats_comes_back() {
         .await;
     assert_eq!(data_of(&listed)[0]["status"], "failed", "{}", listed.text);
 
-    nats.restart();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    nats.restart().await;
+    eventually("submissions recovered", Duration::from_secs(30), || async {
         let reply = app.submit(&pid, &body("after")).await;
         if reply.status == StatusCode::CREATED {
-            break;
+            return Some(());
         }
         assert_error(&reply, StatusCode::INTERNAL_SERVER_ERROR, "NATS error");
-        assert!(Instant::now() < deadline, "submissions did not recover");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let done = app
-            .get(&format!(
-                "/pipelines/{pid}/documents?external_identifier=after&status=success"
-            ))
-            .await;
-        if data_of(&done).len() == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the version after recovery was not processed"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        None
+    })
+    .await;
+    eventually(
+        "the version after recovery processed",
+        Duration::from_secs(60),
+        || async {
+            let done = app
+                .get(&format!(
+                    "/pipelines/{pid}/documents?external_identifier=after&status=success"
+                ))
+                .await;
+            (data_of(&done).len() == 1).then_some(())
+        },
+    )
+    .await;
 }
