@@ -599,6 +599,16 @@ mod tests {
 
     const SECRET: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
+    /// The configuration of the required values and `extra`.
+    fn with(extra: &[(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+        let mut pairs = vec![
+            ("TROVE_DATABASE_URL", "postgres://x"),
+            ("TROVE_SECRET", SECRET),
+        ];
+        pairs.extend_from_slice(extra);
+        Config::from_lookup(lookup(&pairs))
+    }
+
     #[test]
     fn required_values_are_named() {
         let e = Config::from_lookup(lookup(&[])).unwrap_err();
@@ -631,14 +641,6 @@ mod tests {
 
     #[test]
     fn queue_timings_are_checked() {
-        let with = |pairs: &[(&'static str, &'static str)]| {
-            let mut all = vec![
-                ("TROVE_DATABASE_URL", "postgres://x"),
-                ("TROVE_SECRET", SECRET),
-            ];
-            all.extend_from_slice(pairs);
-            Config::from_lookup(lookup(&all))
-        };
         let c = with(&[("TROVE_QUEUE_ACK_WAIT", "7.5")]).unwrap();
         assert_eq!(c.queue.ack_wait, Duration::from_millis(7500));
         let c = with(&[("TROVE_PENDING_REPUBLISH_AFTER", "90")]).unwrap();
@@ -653,15 +655,6 @@ mod tests {
 
     #[test]
     fn index_parameters_are_checked() {
-        let base = [
-            ("TROVE_DATABASE_URL", "postgres://x"),
-            ("TROVE_SECRET", SECRET),
-        ];
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = base.to_vec();
-            pairs.extend_from_slice(extra);
-            Config::from_lookup(lookup(&pairs))
-        };
         assert_eq!(with(&[]).unwrap().hnsw, HnswParams::DEFAULT);
         let c = with(&[("TROVE_HNSW_M", "12"), ("TROVE_HNSW_EF_CONSTRUCTION", "40")]).unwrap();
         assert_eq!((c.hnsw.m(), c.hnsw.ef_construction()), (12, 40));
@@ -680,14 +673,6 @@ mod tests {
 
     #[test]
     fn statement_timeout_is_checked() {
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = vec![
-                ("TROVE_DATABASE_URL", "postgres://x"),
-                ("TROVE_SECRET", SECRET),
-            ];
-            pairs.extend_from_slice(extra);
-            Config::from_lookup(lookup(&pairs))
-        };
         assert_eq!(
             with(&[]).unwrap().statement_timeout,
             DEFAULT_STATEMENT_TIMEOUT
@@ -715,14 +700,6 @@ mod tests {
 
     #[test]
     fn extensions_are_off_unless_named() {
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut pairs = vec![
-                ("TROVE_DATABASE_URL", "postgres://x"),
-                ("TROVE_SECRET", SECRET),
-            ];
-            pairs.extend_from_slice(extra);
-            Config::from_lookup(lookup(&pairs))
-        };
         let c = with(&[]).unwrap();
         assert_eq!(c.extensions, Extensions::NONE);
         assert!(!c.extensions.has(Extension::Hybrid));

@@ -40,6 +40,21 @@ fn snapshot_built(name: &str, description: &str, statement: &(String, Values)) {
     });
 }
 
+/// The query vector is the statement's first value (`$1`, which the statement's text names
+/// again) and no other value is a vector.
+fn assert_vector_first_and_once(sql: &str, values: &Values) {
+    assert!(
+        matches!(values.0.first(), Some(sea_query::Value::Vector(Some(_)))),
+        "{values:?}"
+    );
+    let vectors = values
+        .0
+        .iter()
+        .filter(|v| matches!(v, sea_query::Value::Vector(_)))
+        .count();
+    assert_eq!(vectors, 1, "{sql}");
+}
+
 fn condition(json: &str, teq: &TeqExpansions) -> Condition {
     let typed = filter_common::typed(json).unwrap_or_else(|e| panic!("{json}: {e}"));
     filter::validate_teq(&typed, teq).unwrap();
@@ -289,16 +304,7 @@ fn the_vector_is_the_first_value_and_bound_once() {
     let mut query = similarity(Distance::Euclidean, Distance::Cosine, None);
     query.threshold = Some(1.0);
     let (sql, values) = nearest(&scope(&classifications, Some(filter)), &query);
-    assert!(
-        matches!(values.0.first(), Some(sea_query::Value::Vector(Some(_)))),
-        "{values:?}"
-    );
-    let vectors = values
-        .0
-        .iter()
-        .filter(|v| matches!(v, sea_query::Value::Vector(_)))
-        .count();
-    assert_eq!(vectors, 1, "{sql}");
+    assert_vector_first_and_once(&sql, &values);
     assert_eq!(
         sql.matches("$1").count(),
         3,
@@ -364,15 +370,6 @@ fn a_hybrid_statement_binds_the_vector_first_and_once() {
     let mut walk = similarity(Distance::Cosine, Distance::Cosine, None);
     walk.fetch = Fetch::Bound(120);
     let (sql, values) = hybrid(&scope(&classifications, None), &hybrid_of(walk, "cats", 5));
-    assert!(
-        matches!(values.0.first(), Some(sea_query::Value::Vector(Some(_)))),
-        "{values:?}"
-    );
-    let vectors = values
-        .0
-        .iter()
-        .filter(|v| matches!(v, sea_query::Value::Vector(_)))
-        .count();
-    assert_eq!(vectors, 1, "{sql}");
+    assert_vector_first_and_once(&sql, &values);
     assert!(sql.starts_with(r#"WITH "vec" AS (SELECT"#), "{sql}");
 }

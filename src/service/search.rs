@@ -217,7 +217,8 @@ pub async fn run_remembered(
     input: &SearchInput,
 ) -> Option<Searched> {
     let context = &remembered.context;
-    if !input.kind.embeds_query() || embeds_remotely(&context.pipeline) {
+    let gated = matches!(input.kind, SearchKind::Similarity | SearchKind::Mmr);
+    if !gated || embeds_remotely(&context.pipeline) {
         return None;
     }
     let prefetched = Prefetched {
@@ -691,6 +692,29 @@ impl Search<'_> {
         }))
     }
 
+    /// The vector side of a search on the association `ve`, as the context and the scope
+    /// describe it.
+    fn vector_query<'q>(
+        &self,
+        ve: Uuid,
+        vector: &'q [f32],
+        strategy: DistanceStrategy,
+        gate: Option<&'q Gate>,
+    ) -> VectorQuery<'q> {
+        VectorQuery {
+            vector_embedding_id: ve,
+            vector,
+            strategy,
+            unit_vectors: strategy == DistanceStrategy::Cosine
+                || self.context.ve_unit_vectors.unwrap_or(false),
+            estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
+            selectivity: self.parts.selectivity,
+            path: self.parts.path,
+            indexed: !self.context.ve_index_deferred.unwrap_or(false),
+            gate,
+        }
+    }
+
     /// Similarity or MMR on the association `ve`.
     async fn vector(
         mut self,
@@ -704,18 +728,7 @@ impl Search<'_> {
         };
         self.refuse_unconvertible().await?;
         let mut connection = statement_connection(self.state, self.connection.take()).await?;
-        let query = VectorQuery {
-            vector_embedding_id: ve,
-            vector,
-            strategy,
-            unit_vectors: strategy == DistanceStrategy::Cosine
-                || self.context.ve_unit_vectors.unwrap_or(false),
-            estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
-            selectivity: self.parts.selectivity,
-            path: self.parts.path,
-            indexed: !self.context.ve_index_deferred.unwrap_or(false),
-            gate: gate.as_ref(),
-        };
+        let query = self.vector_query(ve, vector, strategy, gate.as_ref());
         let scope = self.scope();
         let p = &self.params;
         let hits = if kind == SearchKind::Similarity {
@@ -744,20 +757,13 @@ impl Search<'_> {
         strategy: DistanceStrategy,
         text: &str,
     ) -> ApiResult<Vec<HybridHit>> {
+        if self.gate.is_some() {
+            // Not gated: never answered on a remembered context.
+            return Ok(Vec::new());
+        }
         self.refuse_unconvertible().await?;
         let mut connection = statement_connection(self.state, self.connection.take()).await?;
-        let query = VectorQuery {
-            vector_embedding_id: ve,
-            vector,
-            strategy,
-            unit_vectors: strategy == DistanceStrategy::Cosine
-                || self.context.ve_unit_vectors.unwrap_or(false),
-            estimated_rows: self.context.ve_estimated_rows.map_or(0.0, f64::from),
-            selectivity: self.parts.selectivity,
-            path: self.parts.path,
-            indexed: !self.context.ve_index_deferred.unwrap_or(false),
-            gate: None,
-        };
+        let query = self.vector_query(ve, vector, strategy, None);
         let p = &self.params;
         let hybrid = HybridQuery {
             text,

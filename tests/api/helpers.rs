@@ -681,6 +681,21 @@ pub async fn spawn_app_without_worker() -> TestApp {
     .await
 }
 
+/// Starts an app whose worker is driven by the test, with these environment values (e.g.
+/// `TROVE_EXTENSIONS`; an empty value is not set).
+pub async fn spawn_app_without_worker_with(env: &[(&str, &str)]) -> TestApp {
+    spawn_app_with(AppOptions {
+        env: env
+            .iter()
+            .filter(|(_, value)| !value.is_empty())
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect(),
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await
+}
+
 /// A temporary file (e.g. a license), removed when dropped.
 pub struct TempFile(std::path::PathBuf);
 

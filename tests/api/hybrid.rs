@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use trove_query::search::Scope;
 use uuid::Uuid;
 
-use crate::helpers::{AppOptions, TestApp, assert_error, spawn_app_with};
+use crate::helpers::{TestApp, assert_error, spawn_app_without_worker_with};
 
 /// Short notes, some found by meaning, some only by an exact word.
 const NOTES: [(&str, &str, &str, i64); 10] = [
@@ -76,16 +76,7 @@ const NOTES: [(&str, &str, &str, i64); 10] = [
 ];
 
 async fn hybrid_app(extensions: &str) -> TestApp {
-    let mut env = HashMap::new();
-    if !extensions.is_empty() {
-        env.insert("TROVE_EXTENSIONS".to_owned(), extensions.to_owned());
-    }
-    spawn_app_with(AppOptions {
-        env,
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await
+    spawn_app_without_worker_with(&[("TROVE_EXTENSIONS", extensions)]).await
 }
 
 /// A pipeline of the notes (full-text search on, unless `extra` says otherwise), processed.

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::helpers::{
-    AppOptions, Reply, Req, SEARCH_RESULT_FIELDS, TestApp, assert_error, assert_text, keys_of,
-    model_of, spawn_app, spawn_app_with, spawn_app_without_worker, str_of,
+    Reply, Req, SEARCH_RESULT_FIELDS, TestApp, assert_error, assert_text, keys_of, model_of,
+    spawn_app, spawn_app_without_worker, spawn_app_without_worker_with, str_of,
 };
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -1255,15 +1255,7 @@ async fn mcp_requests_are_labelled_mcp_in_metrics_and_carry_request_ids() {
 
 #[tokio::test]
 async fn search_knowledge_runs_hybrid_searches_with_the_extension_on() {
-    let app = spawn_app_with(AppOptions {
-        env: std::collections::HashMap::from([(
-            "TROVE_EXTENSIONS".to_owned(),
-            "hybrid".to_owned(),
-        )]),
-        no_worker: true,
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app_without_worker_with(&[("TROVE_EXTENSIONS", "hybrid")]).await;
     let pipeline = app
         .new_pipeline(json!({"has_full_text_search": true}))
         .await;

@@ -2,7 +2,6 @@
 //! named by similarity and hybrid searches in `params.rerank`, against a fake reranker on
 //! loopback that serves both shapes, errors, malformed bodies and stalls.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use poem::{EndpointExt, IntoResponse, Response, Route, handler, http::StatusCode
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{AppOptions, TestApp, assert_error, serve_on_loopback, spawn_app_with};
+use crate::helpers::{TestApp, assert_error, serve_on_loopback, spawn_app_without_worker_with};
 
 /// The secret the registrations hold; it must never come back.
 const KEY: &str = "sk-rerank-secret-0123456789";
@@ -110,15 +109,10 @@ impl Fake {
 }
 
 async fn app_with(extensions: &str) -> TestApp {
-    let mut env = HashMap::from([("TROVE_RERANK_TIMEOUT".to_owned(), "1".to_owned())]);
-    if !extensions.is_empty() {
-        env.insert("TROVE_EXTENSIONS".to_owned(), extensions.to_owned());
-    }
-    spawn_app_with(AppOptions {
-        env,
-        no_worker: true,
-        ..AppOptions::default()
-    })
+    spawn_app_without_worker_with(&[
+        ("TROVE_EXTENSIONS", extensions),
+        ("TROVE_RERANK_TIMEOUT", "1"),
+    ])
     .await
 }
 
