@@ -75,9 +75,19 @@ pub async fn create_database(admin: &str) -> (String, String, PgConnection) {
 /// HNSW parameters (`TROVE_HNSW_*`) and the worker concurrency (`TROVE_WORKER_CONCURRENCY`) of
 /// the environment as the service reads them.
 pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
+    start_with(admin, nats, worker, &[]).await
+}
+
+/// [`start`] with more of Trove's variables (`TROVE_EXTENSIONS`, …), which take precedence.
+pub async fn start_with(
+    admin: &str,
+    nats: &str,
+    worker: bool,
+    variables: &[(&'static str, &str)],
+) -> Running {
     let (database, url, admin_conn) = create_database(admin).await;
     let master = Uuid::new_v4();
-    let env = HashMap::from([
+    let mut env = HashMap::from([
         ("TROVE_DATABASE_URL", url.clone()),
         ("TROVE_NATS_URL", nats.to_owned()),
         ("TROVE_LISTEN", "127.0.0.1:0".to_owned()),
@@ -91,6 +101,7 @@ pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
         ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
         ("TROVE_LOG", "warn".to_owned()),
     ]);
+    env.extend(variables.iter().map(|(k, v)| (*k, (*v).to_owned())));
     let mut config = Config::from_lookup(|k| {
         env.get(k).cloned().or_else(|| {
             (k.starts_with("TROVE_HNSW_") || k == "TROVE_WORKER_CONCURRENCY")

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! WITH vec AS (<nearest candidates: id, score>),                  -- the query vector is $1
-//!      lex AS (<fragments holding any word of the query: id, score>),
+//!      <the lexical list: terms, lexh, lexn, lexw and lex (id, score); see lexical_ctes>,
 //!      vr  AS (SELECT id, row_number() OVER (ORDER BY score, id) AS r FROM vec),
 //!      lr  AS (SELECT id, row_number() OVER (ORDER BY score DESC, id) AS r FROM lex),
 //!      fused AS (SELECT coalesce(vr.id, lr.id) AS id, vr.r AS similarity_rank,
@@ -23,15 +23,16 @@
 //! the fused order, so the order is a function of the two lists.
 
 use sea_query::{
-    Alias, CommonTableExpression, Expr, ExprTrait, Order, PostgresQueryBuilder, Query,
-    SelectStatement, Values, WithClause,
+    Alias, CommonTableExpression, Expr, ExprTrait, Func, JoinType, Order, PostgresQueryBuilder,
+    Query, SelectStatement, UnionType, Values, WithClause, WithQuery,
 };
 
 use crate::search::{HIT_COLUMNS, Nearest, Scope, nearest_candidates, scoped_select};
 
 /// The lexical side of a hybrid search.
 pub struct Lexical<'a> {
-    /// The text search configuration of the query's language (`english`, `simple`, …).
+    /// The text search configuration of the query's likeliest language (`english`, …; `simple`
+    /// when none is found): see [`lexical_ctes`] for the words looked for.
     pub config: &'a str,
     /// The query as the client wrote it.
     pub query: &'a str,
@@ -60,37 +61,222 @@ pub struct Hybrid<'a> {
     pub k: u64,
 }
 
-/// The query as a `tsquery` that any of its words matches: `plainto_tsquery` (stemming and
-/// stop words of the configuration, every word required) with its `&` turned into `|`. A
-/// scalar subquery, so Postgres computes it once for the statement, as an index condition.
-fn any_word_query(lexical: &Lexical<'_>) -> Expr {
-    Expr::cust_with_values(
-        "(SELECT replace(plainto_tsquery($1::regconfig, $2)::text, ' & ', ' | ')::tsquery)",
-        [lexical.config.to_owned(), lexical.query.to_owned()],
-    )
-}
+/// BM25's saturation of a word's weight by the fragment's length against the average.
+pub const BM25_K1: f64 = 1.2;
+/// BM25's share of the length normalisation.
+pub const BM25_B: f64 = 0.75;
 
-/// The lexical list: the fragments of the scope holding any word of the query, by descending
-/// cover density rank (`ts_rank_cd`, normalised by 1 + the logarithm of the fragment's
-/// length), then id: `id`, `score`.
-pub fn lexical_candidates(scope: &Scope<'_>, lexical: &Lexical<'_>) -> SelectStatement {
-    let rank = Expr::cust_with_exprs(
-        r#"ts_rank_cd("fragments"."tsv", $1, 1)::double precision"#,
-        [any_word_query(lexical)],
-    );
-    let mut select = scoped_select(scope);
-    select
+/// The lexical list's common table expressions, in order; the last, `lex`, holds the list's
+/// fragments (`id`, `score`), best first by BM25 score, then id:
+///
+/// ```text
+/// terms AS (<the query's words: lexeme, q (the lexeme as a tsquery)>),
+/// lexh AS MATERIALIZED (SELECT terms.lexeme, f.id, f.dl
+///                       FROM terms, LATERAL (<the scope's fragments holding terms.q:
+///                                              id, octet_length(content) AS dl>) f),
+/// lexn AS (<n: the fragments holding any word, avgdl: their average length>),
+/// lexw AS (<each word's weight: ln(1 + (n − df + 0.5) / (df + 0.5))>),
+/// lex AS (SELECT id, Σ weight × (k1 + 1) / (1 + k1 × (1 − b + b × dl / avgdl)) AS score …)
+/// ```
+///
+/// The query's words are its lexemes under `config` (stemmed, stop words left out) and, for
+/// fragments indexed under another configuration, its words as written (`simple`) that
+/// `config` does not treat as stop words. A fragment scores for each word it holds: BM25 with
+/// the word counted once. Its frequency in the fragment is not read: that would decompress
+/// the full-text vector of every fragment found, once for each word, where each word's
+/// fragments come from the full-text index alone. The word statistics are those of the
+/// scope, so always current: `df` counts the fragments of the scope holding the word, `n`
+/// those holding any word of the query, a fragment's length `dl` is the size of its stored
+/// text (read from the row's header) and `avgdl` the average over the `n`. The rarer a word
+/// in what the search can reach, the more it weighs.
+pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTableExpression> {
+    let unnest = |vector: Expr| Func::cust("unnest").arg(vector);
+    let mut words = Query::select();
+    words
+        .column(Alias::new("lexeme"))
+        .from_function(
+            unnest(Expr::cust_with_values(
+                "to_tsvector($1::regconfig, $2)",
+                [lexical.config, lexical.query],
+            )),
+            Alias::new("stemmed"),
+        )
+        .union(
+            UnionType::Distinct,
+            Query::select()
+                .column(Alias::new("lexeme"))
+                .from_function(
+                    unnest(Expr::cust_with_values(
+                        "to_tsvector('simple', $1)",
+                        [lexical.query],
+                    )),
+                    Alias::new("written"),
+                )
+                .and_where(Expr::cust_with_values(
+                    r#"to_tsvector($1::regconfig, "lexeme") <> ''::tsvector"#,
+                    [lexical.config],
+                ))
+                .to_owned(),
+        );
+    // A lexeme as a tsquery of that lexeme alone: quoted, its quotes and backslashes escaped.
+    let terms = Query::select()
+        .column(Alias::new("lexeme"))
+        .expr_as(
+            Expr::cust(
+                r#"('''' || replace(replace("lexeme", '\', '\\'), '''', '''''') || '''')::tsquery"#,
+            ),
+            Alias::new("q"),
+        )
+        .from_subquery(words, Alias::new("words"))
+        .to_owned();
+
+    let mut holding = scoped_select(scope);
+    holding
         .clear_selects()
         .column((Alias::new("fragments"), Alias::new("id")))
-        .expr_as(rank, Alias::new("score"))
-        .and_where(Expr::cust_with_exprs(
-            r#""fragments"."tsv" @@ $1"#,
-            [any_word_query(lexical)],
-        ))
+        .expr_as(
+            Expr::cust(r#"octet_length("fragments"."content")::double precision"#),
+            Alias::new("dl"),
+        )
+        .and_where(Expr::cust(r#""fragments"."tsv" @@ "terms"."q""#));
+    let f = Alias::new("f");
+    let hits = Query::select()
+        .column((Alias::new("terms"), Alias::new("lexeme")))
+        .columns([(f.clone(), Alias::new("id")), (f.clone(), Alias::new("dl"))])
+        .from(Alias::new("terms"))
+        .join_lateral(JoinType::InnerJoin, holding, f, Expr::cust("true"))
+        .to_owned();
+
+    let totals = Query::select()
+        .expr_as(Expr::cust("count(*)::double precision"), Alias::new("n"))
+        .expr_as(Expr::cust(r#"avg("dl")"#), Alias::new("avgdl"))
+        .from_subquery(
+            Query::select()
+                .distinct()
+                .columns([Alias::new("id"), Alias::new("dl")])
+                .from(Alias::new("lexh"))
+                .to_owned(),
+            Alias::new("found"),
+        )
+        .to_owned();
+    let weights = Query::select()
+        .column((Alias::new("lexh"), Alias::new("lexeme")))
+        .expr_as(
+            Expr::cust(r#"ln(1 + ("lexn"."n" - count(*) + 0.5) / (count(*) + 0.5))"#),
+            Alias::new("w"),
+        )
+        .from(Alias::new("lexh"))
+        .from(Alias::new("lexn"))
+        .group_by_col((Alias::new("lexh"), Alias::new("lexeme")))
+        .group_by_col((Alias::new("lexn"), Alias::new("n")))
+        .to_owned();
+    // First the shortlist by the words a fragment holds, each counted once.
+    let held = Expr::cust_with_values(
+        r#"sum("lexw"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * "lexh"."dl" / "lexn"."avgdl"))"#,
+        [BM25_K1, BM25_K1, BM25_B, BM25_B],
+    );
+    let shortlist = Query::select()
+        .columns([
+            (Alias::new("lexh"), Alias::new("id")),
+            (Alias::new("lexh"), Alias::new("dl")),
+        ])
+        .from(Alias::new("lexh"))
+        .inner_join(
+            Alias::new("lexw"),
+            Expr::col((Alias::new("lexw"), Alias::new("lexeme")))
+                .equals((Alias::new("lexh"), Alias::new("lexeme"))),
+        )
+        .cross_join(Alias::new("lexn"))
+        .group_by_col((Alias::new("lexh"), Alias::new("id")))
+        .group_by_col((Alias::new("lexh"), Alias::new("dl")))
+        .group_by_col((Alias::new("lexn"), Alias::new("avgdl")))
+        .order_by_expr(held, Order::Desc)
+        .order_by((Alias::new("lexh"), Alias::new("id")), Order::Asc)
+        .limit(shortlist_len(lexical.fetch))
+        .to_owned();
+    // Then the shortlist's word frequencies, one read of each fragment's full-text vector.
+    let frequencies = Query::select()
+        .columns([
+            (Alias::new("lexs"), Alias::new("id")),
+            (Alias::new("lexs"), Alias::new("dl")),
+        ])
+        .column((Alias::new("u"), Alias::new("lexeme")))
+        .expr_as(
+            Expr::cust(r#"cardinality("u"."positions")::double precision"#),
+            Alias::new("tf"),
+        )
+        .from(Alias::new("lexs"))
+        .inner_join(
+            Alias::new("fragments"),
+            Expr::col((Alias::new("fragments"), Alias::new("id")))
+                .equals((Alias::new("lexs"), Alias::new("id"))),
+        )
+        .join_lateral(
+            JoinType::InnerJoin,
+            Query::select()
+                .columns([Alias::new("lexeme"), Alias::new("positions")])
+                .from_function(unnest(Expr::cust(r#""fragments"."tsv""#)), Alias::new("u"))
+                .to_owned(),
+            Alias::new("u"),
+            Expr::cust("true"),
+        )
+        .to_owned();
+    let score = Expr::cust_with_values(
+        r#"sum("lexw"."w" * "lextf"."tf" * ($1 + 1) / ("lextf"."tf" + $2 * (1 - $3 + $4 * "lextf"."dl" / "lexn"."avgdl")))"#,
+        [BM25_K1, BM25_K1, BM25_B, BM25_B],
+    );
+    let list = Query::select()
+        .column((Alias::new("lextf"), Alias::new("id")))
+        .expr_as(score, Alias::new("score"))
+        .from(Alias::new("lextf"))
+        .inner_join(
+            Alias::new("lexw"),
+            Expr::col((Alias::new("lexw"), Alias::new("lexeme")))
+                .equals((Alias::new("lextf"), Alias::new("lexeme"))),
+        )
+        .cross_join(Alias::new("lexn"))
+        .group_by_col((Alias::new("lextf"), Alias::new("id")))
         .order_by(Alias::new("score"), Order::Desc)
-        .order_by((Alias::new("fragments"), Alias::new("id")), Order::Asc)
-        .limit(lexical.fetch);
-    select
+        .order_by((Alias::new("lextf"), Alias::new("id")), Order::Asc)
+        .limit(lexical.fetch)
+        .to_owned();
+
+    let mut lexh = cte("lexh", hits);
+    lexh.materialized(true);
+    vec![
+        cte("terms", terms),
+        lexh,
+        cte("lexn", totals),
+        cte("lexw", weights),
+        cte("lexs", shortlist),
+        cte("lextf", frequencies),
+        cte("lex", list),
+    ]
+}
+
+/// How many fragments the first stage keeps for a list of `fetch`.
+fn shortlist_len(fetch: u64) -> u64 {
+    Ord::max(fetch.saturating_mul(SHORTLIST_FACTOR), SHORTLIST_MIN)
+}
+
+/// The first stage keeps this many times the list's length…
+pub const SHORTLIST_FACTOR: u64 = 4;
+/// …and never fewer than this.
+pub const SHORTLIST_MIN: u64 = 100;
+
+/// The lexical list on its own: its fragments' ids, best first.
+pub fn lexical_candidates(scope: &Scope<'_>, lexical: &Lexical<'_>) -> WithQuery {
+    let mut with = WithClause::new();
+    for cte in lexical_ctes(scope, lexical) {
+        with.cte(cte);
+    }
+    Query::select()
+        .column(Alias::new("id"))
+        .from(Alias::new("lex"))
+        .order_by(Alias::new("score"), Order::Desc)
+        .order_by(Alias::new("id"), Order::Asc)
+        .to_owned()
+        .with(with)
 }
 
 fn cte(name: &str, select: SelectStatement) -> CommonTableExpression {
@@ -170,9 +356,12 @@ pub fn hybrid(scope: &Scope<'_>, hybrid: &Hybrid<'_>) -> (String, Values) {
         .order_by((fused.clone(), Alias::new("score")), Order::Desc)
         .order_by((fused.clone(), id), Order::Asc);
 
-    let with = WithClause::new()
-        .cte(cte("vec", nearest_candidates(scope, &hybrid.nearest)))
-        .cte(cte("lex", lexical_candidates(scope, &hybrid.lexical)))
+    let mut with = WithClause::new();
+    with.cte(cte("vec", nearest_candidates(scope, &hybrid.nearest)));
+    for cte in lexical_ctes(scope, &hybrid.lexical) {
+        with.cte(cte);
+    }
+    let with = with
         .cte(cte("vr", ranked("vec", r#""score", "id""#)))
         .cte(cte("lr", ranked("lex", r#""score" DESC, "id""#)))
         .cte(cte("fused", fuse))

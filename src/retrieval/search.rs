@@ -517,7 +517,7 @@ pub async fn hybrid(
     }
     // Postgres text cannot hold U+0000; as a word separator it means what a space means.
     let text = hybrid.text.replace('\0', " ");
-    let config = trove_text::text_search_config(&text);
+    let config = trove_text::likeliest_text_search_config(&text);
     let plan = planned(
         query,
         threshold,

@@ -219,7 +219,7 @@ async fn lexical_list(
         filter: None,
     };
     let lexical = trove_query::hybrid::Lexical {
-        config: trove_text::text_search_config(query),
+        config: trove_text::likeliest_text_search_config(query),
         query,
         fetch,
     };

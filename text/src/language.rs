@@ -136,6 +136,14 @@ pub fn text_search_config(text: &str) -> &'static str {
     }
 }
 
+/// The Postgres text search configuration of `text`'s likeliest language, however unsure the
+/// detection (short texts rarely reach a reliable one); `simple` when no language is found or
+/// Postgres has none for it. For a query that looks for words among fragments indexed under
+/// their own configurations (the hybrid search's lexical list), not for indexing.
+pub fn likeliest_text_search_config(text: &str) -> &'static str {
+    detect_language(text).map_or(SIMPLE, |detected| detected.config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,9 @@
 pub mod language;
 pub mod splitter;
 
-pub use language::{DetectedLanguage, detect_language, text_search_config};
+pub use language::{
+    DetectedLanguage, detect_language, likeliest_text_search_config, text_search_config,
+};
 pub use splitter::{
     SplitterConfig, SplitterConfigError, TokenizerKind, split, split_with_tokenizer,
 };
