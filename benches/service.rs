@@ -1122,7 +1122,7 @@ async fn lexical_matches(s: &Searched, probes: &[Probe]) -> LexicalMatches {
             let lexical = trove_query::hybrid::Lexical {
                 config,
                 query: &probe.text,
-                fetch: i64::MAX as u64,
+                fetch: 1_000_000_000,
             };
             let (sql, values) = trove_query::hybrid::lexical_candidates(&scope, &lexical)
                 .build_sqlx(PostgresQueryBuilder);

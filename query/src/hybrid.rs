@@ -76,19 +76,27 @@ pub const BM25_B: f64 = 0.75;
 ///                                              id, octet_length(content) AS dl>) f),
 /// lexn AS (<n: the fragments holding any word, avgdl: their average length>),
 /// lexw AS (<each word's weight: ln(1 + (n − df + 0.5) / (df + 0.5))>),
-/// lex AS (SELECT id, Σ weight × (k1 + 1) / (1 + k1 × (1 − b + b × dl / avgdl)) AS score …)
+/// lexs AS (<the shortlist: the first of lexh by Σ weight × (k1 + 1) / (1 + k1 × norm(dl))>),
+/// lextf AS (<the shortlist's words with their frequencies tf, from each one's tsv>),
+/// lex AS (SELECT id, Σ weight × tf × (k1 + 1) / (tf + k1 × norm(dl)) AS score … LIMIT fetch)
 /// ```
 ///
-/// The query's words are its lexemes under `config` (stemmed, stop words left out) and, for
-/// fragments indexed under another configuration, its words as written (`simple`) that
-/// `config` does not treat as stop words. A fragment scores for each word it holds: BM25 with
-/// the word counted once. Its frequency in the fragment is not read: that would decompress
-/// the full-text vector of every fragment found, once for each word, where each word's
-/// fragments come from the full-text index alone. The word statistics are those of the
-/// scope, so always current: `df` counts the fragments of the scope holding the word, `n`
-/// those holding any word of the query, a fragment's length `dl` is the size of its stored
-/// text (read from the row's header) and `avgdl` the average over the `n`. The rarer a word
-/// in what the search can reach, the more it weighs.
+/// where norm(dl) = 1 − b + b × dl / avgdl. The query's words are its lexemes under `config`
+/// (stemmed, stop words left out) and, for fragments indexed under another configuration, its
+/// words as written (`simple`) that `config` does not treat as stop words.
+///
+/// The word statistics are those of the scope, so always current: `df` counts the fragments of
+/// the scope holding the word, `n` those holding any word of the query, a fragment's length
+/// `dl` is the size of its stored text (read from the row's header, not the text) and `avgdl`
+/// the average over the `n`. The rarer a word in what the search can reach, the more it
+/// weighs.
+///
+/// Two steps, because each word's fragments come from the full-text index alone while a word's
+/// frequency in a fragment is in the fragment's full-text vector, stored out of line: reading
+/// it for every fragment found would decompress thousands of vectors for a question of common
+/// words. The first step ranks the fragments found with each word counted once and keeps
+/// [`SHORTLIST_FACTOR`] × `fetch` of them (at least [`SHORTLIST_MIN`]); the second reads
+/// their vectors once each and ranks them by BM25.
 pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTableExpression> {
     let unnest = |vector: Expr| Func::cust("unnest").arg(vector);
     let mut words = Query::select();
@@ -254,12 +262,13 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
     ]
 }
 
-/// How many fragments the first stage keeps for a list of `fetch`.
+/// How many fragments the first step keeps for a list of `fetch`.
 fn shortlist_len(fetch: u64) -> u64 {
-    Ord::max(fetch.saturating_mul(SHORTLIST_FACTOR), SHORTLIST_MIN)
+    let len = Ord::max(fetch.saturating_mul(SHORTLIST_FACTOR), SHORTLIST_MIN);
+    Ord::min(len, i64::MAX.unsigned_abs())
 }
 
-/// The first stage keeps this many times the list's length…
+/// The first step keeps this many times the list's length…
 pub const SHORTLIST_FACTOR: u64 = 4;
 /// …and never fewer than this.
 pub const SHORTLIST_MIN: u64 = 100;
