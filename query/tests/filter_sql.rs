@@ -301,6 +301,47 @@ fn teq_expansion_sql() {
     );
 }
 
+/// Values holding U+0000 are never bound: each comparison becomes what it means for text that
+/// cannot hold it.
+#[test]
+fn values_holding_nul() {
+    let cases = [
+        ("eq", r#"{"title": {"$eq": "a\u0000b"}}"#),
+        ("neq", r#"{"title": {"$neq": "\u0000"}}"#),
+        ("gt", r#"{"title": {"$gt": "Du\u0000ne"}}"#),
+        ("le", r#"{"title": {"$le": "Du\u0000ne"}}"#),
+        ("like", r#"{"title": {"$ilike": "%\u0000%"}}"#),
+        ("in", r#"{"title": {"$in": ["Dune", "a\u0000"]}}"#),
+        ("in_only", r#"{"title": {"$in": ["\u0000"]}}"#),
+        (
+            "not_in_only",
+            r#"{"title": {"$not-in": ["\u0000", "x\u0000"]}}"#,
+        ),
+        (
+            "deep",
+            r#"{"$or": [{"$not": {"title": {"$eq": "\u0000"}}}, {"$and": [{"year": {"$eq": 1965}}, {"title": {"$like": "\u0000"}}]}]}"#,
+        ),
+    ];
+    for (name, json) in cases {
+        let rendered = render(json, &TeqExpansions::new());
+        assert!(!rendered.contains('\0'), "{name}: {rendered}");
+        snapshot_text(&format!("filter_nul_{name}"), json, rendered);
+    }
+    let teq = TeqExpansions::from_rows(
+        [
+            ("category", "sci\0", TAXONOMY, "category", "sci\0"),
+            ("category", "sci\0", TAXONOMY, "topic", "optics"),
+        ]
+        .map(|(a, b, c, d, e)| (a.into(), b.into(), c.into(), d.into(), e.into())),
+    );
+    let json = format!(r#"{{"category": {{"$teq": ["sci\u0000", "{TAXONOMY}"]}}}}"#);
+    snapshot_teq("filter_nul_teq", &json, &teq);
+    assert!(
+        teq_expansion_query(&[start("category", "sci\0", TAXONOMY)]).is_none(),
+        "a start holding U+0000 is not read"
+    );
+}
+
 /// The condition keeps its meaning when the caller adds conditions of its own (OR at the top
 /// of the filter must stay parenthesized under the caller's AND).
 #[test]

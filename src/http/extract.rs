@@ -188,8 +188,9 @@ impl BodyKind for Forwarded {
 }
 
 /// The path of the first string or key of a JSON body that holds U+0000 (`name`,
-/// `metadata.title`, `prompt.1.template`), outside a top-level `filters` (the filter language
-/// refuses such values with its own error). Only bodies that spell the escape are parsed again.
+/// `metadata.title`, `prompt.1.template`), outside a top-level `filters`, which is not stored
+/// (the filter language compares such a value as one no document holds). Only bodies that
+/// spell the escape are parsed again.
 fn nul_field(bytes: &[u8]) -> Option<String> {
     if !bytes.windows(6).any(|w| w == b"\\u0000") {
         return None;

@@ -3,8 +3,8 @@
 //! proptest generates filters of three kinds: arbitrary JSON (any value, keys drawn mostly
 //! from the filter language's names), near-valid filters (the grammar with wrong types,
 //! unknown operators, mixed lists, misplaced logical operators, undeclared and object fields,
-//! integers beyond 64 bits) and large ones (chains of `$not`, `$and`, `$or` up to 3,000 deep
-//! (alternating `$and` and `$or` up to 1,500),
+//! integers beyond 64 bits, strings holding U+0000) and large ones (chains of `$not`, `$and`,
+//! `$or` up to 3,000 deep (alternating `$and` and `$or` up to 1,500),
 //! lists of up to 20,000 values). Every case goes through the library (`Filter::from_json`,
 //! `validate`, `validate_teq`, `compile` and SQL rendering, which must not panic); one case in
 //! `TROVE_FILTER_FUZZ_HTTP_EVERY` (default 4) also runs through HTTP against a pipeline with
@@ -60,6 +60,8 @@ fn text() -> BoxedStrategy<String> {
         "[ -~]{0,8}",
         "[a-zé☃%_\\\\]{0,6}",
         Just("NULL".to_owned()),
+        // U+0000, which no stored value holds.
+        "[a-z%\\x00]{1,4}",
     ]
     .boxed()
 }

@@ -1235,3 +1235,59 @@ async fn the_exact_path_sees_only_current_fragments_after_new_versions_and_expir
     assert_eq!(vector_field_indexes().await, 0);
     assert_exact(&search(&app, &pid, body).await);
 }
+
+/// A filter value holding U+0000, which no stored value can hold, compares as a value no
+/// fragment holds, at any depth: never a database error.
+#[tokio::test]
+async fn filter_values_holding_nul_compare_as_values_no_fragment_holds() {
+    let (app, pid) = searchable_app().await;
+    let taxonomy = uuid::Uuid::new_v4();
+    let cases = [
+        (json!({"name": {"$eq": "ca\u{0}ts"}}), vec![]),
+        (json!({"name": {"$like": "%\u{0}%"}}), vec![]),
+        (json!({"name": {"$ilike": "\u{0}"}}), vec![]),
+        (json!({"name": {"$teq": ["cats\u{0}", taxonomy]}}), vec![]),
+        (json!({"name": {"$in": ["cats", "\u{0}"]}}), vec!["cats"]),
+        (json!({"name": {"$in": ["\u{0}"]}}), vec![]),
+        (
+            json!({"name": {"$gt": "s\u{0}"}}),
+            vec!["secret", "ships", "trains"],
+        ),
+        (json!({"name": {"$le": "d\u{0}x"}}), vec!["cats"]),
+        (
+            json!({"name": {"$neq": "\u{0}"}}),
+            vec!["cats", "dogs", "kittens", "secret", "ships", "trains"],
+        ),
+        (
+            json!({"name": {"$not-in": ["\u{0}", "a\u{0}"]}}),
+            vec!["cats", "dogs", "kittens", "secret", "ships", "trains"],
+        ),
+        (
+            json!({"$and": [{"year": {"$ge": 2020}}, {"$not": {"$or": [{"name": {"$eq": "\u{0}"}}, {"name": {"$in": ["dogs", "x\u{0}"]}}]}}]}),
+            vec!["cats", "kittens", "secret", "ships", "trains"],
+        ),
+    ];
+    for (filters, expected) in cases {
+        let reply = search(&app, &pid, json!({"query": "animals", "type": "similarity", "classification": "restricted", "params": {"k": 10}, "filters": filters})).await;
+        assert_eq!(reply.status, StatusCode::OK, "{filters}: {}", reply.text);
+        let mut found = result_names(&reply);
+        found.sort();
+        assert_eq!(found, expected, "{filters}");
+
+        let listed = app
+            .get(&format!(
+                "/pipelines/{pid}/documents?metadata={}",
+                percent_encode(&filters.to_string())
+            ))
+            .await;
+        assert_eq!(listed.status, StatusCode::OK, "{filters}: {}", listed.text);
+        let mut names: Vec<&str> = listed.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["external_identifier"].as_str().unwrap())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, expected, "the document list, {filters}");
+    }
+}

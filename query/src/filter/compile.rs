@@ -30,6 +30,15 @@
 //!   Postgres' default escape character, backslash. A final unpaired backslash, which
 //!   Postgres would refuse, is a literal backslash (bound as `\\`).
 //!
+//! - A string value holding U+0000, which no stored text holds (nor can a bound one), is
+//!   never bound; the comparison gives what it gives with a value no document holds: `$eq`,
+//!   `$like`, `$ilike` with it are false and `$neq` true where the field has a value
+//!   (`CASE WHEN field IS NOT NULL THEN FALSE|TRUE END`, unknown where it has none), such
+//!   values leave `$in` / `$not-in` lists and `$teq` expansions (a list left with none is
+//!   false / true the same way), and an ordering compares with the part before the first
+//!   U+0000 (`$gt`/`$ge` as `>`, `$lt`/`$le` as `<=`; exact where text sorts by code point, as
+//!   under the `C` collations).
+//!
 //! Lists are bound as one parameter of the field's array type (`= ANY($1)`, `<> ALL($1)`
 //! with a `text[]`, `bigint[]`, `double precision[]` or `boolean[]` value), which the planner
 //! sees as a constant array (hashed when long) rather than text to parse for every row. A list
@@ -162,7 +171,13 @@ impl Compiler<'_> {
     fn condition(&self, tree: &mut Tree, condition: &TypedCondition) -> usize {
         let field = || self.field(&condition.field, condition.field_type);
         let test = match &condition.operation {
+            TypedOperation::Compare {
+                op,
+                value: TypedValue::String(value),
+            } if holds_nul(value) => nul_comparison(*op, value),
             TypedOperation::Compare { op, value } => Test::Compare(*op, bound(value)),
+            // A pattern holding U+0000 matches only text holding it.
+            TypedOperation::Like { pattern, .. } if holds_nul(pattern) => Test::Known(false),
             TypedOperation::Like { op, pattern } => {
                 Test::Like(*op, close_trailing_escape(pattern).into_owned())
             }
@@ -171,7 +186,17 @@ impl Compiler<'_> {
                     // Only boolean fields get here (validation); rule 3.
                     return tree.push(Logic::Const(*op == MembershipOp::NotIn));
                 }
-                Test::Membership(*op, array_param(values, condition.field_type))
+                let storable: Vec<TypedValue> = values
+                    .iter()
+                    .filter(|value| !matches!(value, TypedValue::String(s) if holds_nul(s)))
+                    .cloned()
+                    .collect();
+                match (storable.is_empty(), op) {
+                    (false, _) => {
+                        Test::Membership(*op, array_param(&storable, condition.field_type))
+                    }
+                    (true, op) => Test::Known(*op == MembershipOp::NotIn),
+                }
             }
             TypedOperation::Teq(start) => {
                 let parts = self
@@ -179,13 +204,20 @@ impl Compiler<'_> {
                     .reached(start)
                     .iter()
                     .map(|(reached_field, values)| {
+                        let values: Vec<&str> = values
+                            .iter()
+                            .map(String::as_str)
+                            .filter(|value| !holds_nul(value))
+                            .collect();
+                        let test = if values.is_empty() {
+                            Test::Known(false)
+                        } else {
+                            Test::Membership(MembershipOp::In, Bound::Value(string_array(values)))
+                        };
                         tree.push(Logic::Leaf(Leaf {
                             field: self.field(reached_field, FieldType::String),
                             range_field: None,
-                            test: Test::Membership(
-                                MembershipOp::In,
-                                Bound::Value(string_array(values.iter().map(String::as_str))),
-                            ),
+                            test,
                         }))
                     })
                     .collect();
@@ -263,6 +295,33 @@ impl Bound {
             Bound::Cast(text, sql_type) => Expr::val(text.as_str()).cast_as(Alias::new(*sql_type)),
         }
     }
+}
+
+/// Whether `text` holds U+0000, which Postgres text cannot.
+fn holds_nul(text: &str) -> bool {
+    str::contains(text, '\0')
+}
+
+/// The test of a string comparison with a value holding U+0000, which no stored text holds:
+/// what the comparison gives with a value no field holds (`$eq` false, `$neq` true, each
+/// where the field has a value); an ordering compares with the part before the first U+0000,
+/// the smallest character (exact where text sorts by code point, as under the `C`
+/// collations): a text without U+0000 is above the value exactly when it is above that part.
+fn nul_comparison(op: CompareOp, value: &str) -> Test {
+    let before = value.split('\0').next().unwrap_or_default();
+    let against = |op| Test::Compare(op, Bound::Value(Value::from(before)));
+    match op {
+        CompareOp::Eq => Test::Known(false),
+        CompareOp::Neq => Test::Known(true),
+        CompareOp::Gt | CompareOp::Ge => against(CompareOp::Gt),
+        CompareOp::Lt | CompareOp::Le => against(CompareOp::Le),
+    }
+}
+
+/// The SQL of [`Test::Known`].
+fn known_sql(field: &str, result: bool) -> String {
+    let result = if result { "TRUE" } else { "FALSE" };
+    format!("CASE WHEN ({field}) IS NOT NULL THEN {result} END")
 }
 
 /// A value as a bound parameter of its field's type.
@@ -371,6 +430,9 @@ struct Leaf {
 #[derive(Debug)]
 enum Test {
     Compare(CompareOp, Bound),
+    /// `CASE WHEN field IS NOT NULL THEN <result> END`: what a comparison with a value no stored
+    /// text holds gives (`result` where the field has a value, unknown where it has none).
+    Known(bool),
     Like(LikeOp, String),
     Membership(MembershipOp, Bound),
     /// `field <@ CAST('<literal>' AS int8multirange)`: the field (read as `bigint`) lies in a
@@ -393,6 +455,7 @@ impl Leaf {
                     CompareOp::Le => field.lte(value),
                 }
             }
+            Test::Known(result) => Expr::cust(known_sql(&self.field, *result)),
             Test::Like(LikeOp::Like, pattern) => field.like(pattern.as_str()),
             Test::Like(LikeOp::ILike, pattern) => field.ilike(pattern.as_str()),
             Test::Membership(MembershipOp::In, list) => field.eq(PgFunc::any(list.expr())),
@@ -407,6 +470,10 @@ impl Leaf {
     /// Writes the comparison as SQL, its value as the next numbered parameter.
     fn write_flat(&self, sql: &mut String, values: &mut Vec<Value>) {
         let (operator, value, suffix) = match &self.test {
+            Test::Known(result) => {
+                sql.push_str(&known_sql(&self.field, *result));
+                return;
+            }
             Test::Compare(op, value) => {
                 let operator = match op {
                     CompareOp::Eq => "=",

@@ -119,6 +119,10 @@ pub fn teq_expansion_query(starts: &[TeqStart]) -> Option<WithQuery> {
         let Ok(taxonomy) = Uuid::parse_str(&start.taxonomy_id) else {
             continue;
         };
+        // No stored value holds U+0000 (nor can a bound one): such a start reaches nothing.
+        if start.value.contains('\0') {
+            continue;
+        }
         if !seen.insert(start) {
             continue;
         }
