@@ -5,10 +5,10 @@
 use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::NotSet;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set,
-    TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryTrait,
+    Set, TransactionTrait,
 };
-use sea_query::{Alias, Expr, ExprTrait, Query, SelectStatement};
+use sea_query::{Expr, ExprTrait, SelectStatement};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -29,16 +29,6 @@ pub struct ContextRow {
     #[serde(with = "rfc3339")]
     pub updated_at: DateTime<Utc>,
 }
-
-/// The columns of [`ContextRow`], in order.
-const CONTEXT_COLUMNS: [&str; 6] = [
-    "id",
-    "name",
-    "description",
-    "metadata",
-    "created_at",
-    "updated_at",
-];
 
 impl From<context::Model> for ContextRow {
     fn from(m: context::Model) -> Self {
@@ -84,16 +74,6 @@ pub struct MessageRow {
     pub execution_id: Option<Uuid>,
     pub created_at: DateTime<Utc>,
 }
-
-/// The columns of [`MessageRow`], in order.
-const MESSAGE_COLUMNS: [&str; 6] = [
-    "id",
-    "context_id",
-    "role",
-    "content",
-    "execution_id",
-    "created_at",
-];
 
 impl From<context_message::Model> for MessageRow {
     fn from(m: context_message::Model) -> Self {
@@ -255,29 +235,17 @@ pub async fn delete_not_updated_for(db: &Pool, max_age_seconds: f64) -> Result<u
     .await
 }
 
-/// `SELECT <columns> FROM <table> WHERE <column> = <value>`: the base of a list.
-fn select_where(table: &str, columns: &[&str], column: &str, value: Uuid) -> SelectStatement {
-    let table = Alias::new(table);
-    let mut select = Query::select();
-    select.from(table.clone());
-    for name in columns {
-        select.column((table.clone(), Alias::new(*name)));
-    }
-    select.and_where(Expr::col((table, Alias::new(column))).eq(value));
-    select
-}
-
-/// The base statement of the context list: the contexts of `owner`.
+/// The base statement of the context list: the contexts of `owner` (every column of the
+/// table; a page reads those of [`ContextRow`]).
 pub fn list_base(owner: Uuid) -> SelectStatement {
-    select_where("contexts", &CONTEXT_COLUMNS, "api_key_id", owner)
+    context::Entity::find()
+        .filter(context::Column::ApiKeyId.eq(owner))
+        .into_query()
 }
 
 /// The base statement of a context's message list.
 pub fn message_list_base(context_id: Uuid) -> SelectStatement {
-    select_where(
-        "context_messages",
-        &MESSAGE_COLUMNS,
-        "context_id",
-        context_id,
-    )
+    context_message::Entity::find()
+        .filter(context_message::Column::ContextId.eq(context_id))
+        .into_query()
 }
