@@ -138,24 +138,33 @@ pub struct Config {
     /// How long a search waits for its reranker before answering in the order it had
     /// (`TROVE_RERANK_TIMEOUT`, extension `hybrid`).
     pub rerank_timeout: Duration,
+    /// How long a conversation context is kept after its last change before `trove serve`
+    /// deletes it with its messages (`TROVE_CONTEXT_RETENTION`, extension `conversations`);
+    /// `None`: until it is deleted.
+    pub context_retention: Option<Duration>,
 }
 
 /// An extension of the interface that changes one of its answers: off unless a deployment
-/// names it in `TROVE_EXTENSIONS` (capabilities that only add routes need no switch).
+/// names it in `TROVE_EXTENSIONS` (capabilities that only add routes to a resource of the
+/// interface need no switch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Extension {
     /// `hybrid` searches and placeholders, and rerankers.
     Hybrid,
+    /// Conversation contexts and their messages (`/contexts`): paths the interface answers
+    /// 404, and data kept per key.
+    Conversations,
 }
 
 impl Extension {
     /// Every extension, in the order their names are listed.
-    pub const ALL: [Self; 1] = [Self::Hybrid];
+    pub const ALL: [Self; 2] = [Self::Hybrid, Self::Conversations];
 
     /// The name in `TROVE_EXTENSIONS`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Hybrid => "hybrid",
+            Self::Conversations => "conversations",
         }
     }
 
@@ -219,6 +228,30 @@ fn index_defer_rows(value: Option<String>) -> Result<u64, ConfigError> {
             format!("expected a whole number of fragments (0: never), got {value:?}"),
         )
     })
+}
+
+/// The longest `TROVE_CONTEXT_RETENTION` (100 years): the sweep's cutoff stays a valid time.
+pub const MAX_CONTEXT_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `TROVE_CONTEXT_RETENTION`: a duration written as the statistics' `interval` (`30d`, `12h`,
+/// `1h30m`), more than 0 and at most [`MAX_CONTEXT_RETENTION`]; unset: contexts are kept
+/// until deleted.
+fn context_retention(value: Option<String>) -> Result<Option<Duration>, ConfigError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    crate::time::parse_prometheus_duration(value.trim())
+        .filter(|retention| !retention.is_zero() && *retention <= MAX_CONTEXT_RETENTION)
+        .map(Some)
+        .ok_or_else(|| {
+            err(
+                "TROVE_CONTEXT_RETENTION",
+                format!(
+                    "expected a duration such as 30d, 12h or 1h30m (units y, w, d, h, m, s, ms, \
+                     largest first; more than 0, at most 100y), got {value:?}"
+                ),
+            )
+        })
 }
 
 /// Default of `TROVE_STATEMENT_TIMEOUT`.
@@ -356,6 +389,7 @@ impl Config {
                 None => Extensions::NONE,
             },
             rerank_timeout,
+            context_retention: context_retention(get("TROVE_CONTEXT_RETENTION"))?,
         })
     }
 }
@@ -705,12 +739,41 @@ mod tests {
         assert!(!c.extensions.has(Extension::Hybrid));
         let c = with(&[("TROVE_EXTENSIONS", " hybrid, ,hybrid")]).unwrap();
         assert!(c.extensions.has(Extension::Hybrid));
+        assert!(!c.extensions.has(Extension::Conversations));
+        let c = with(&[("TROVE_EXTENSIONS", "conversations")]).unwrap();
+        assert!(c.extensions.has(Extension::Conversations));
+        assert!(!c.extensions.has(Extension::Hybrid));
+        let c = with(&[("TROVE_EXTENSIONS", "hybrid,conversations")]).unwrap();
+        assert!(c.extensions.has(Extension::Hybrid) && c.extensions.has(Extension::Conversations));
         let e = with(&[("TROVE_EXTENSIONS", "hybrid,fuzzy")]).unwrap_err();
         assert_eq!(e.variable, "TROVE_EXTENSIONS");
         assert_eq!(
             e.reason,
-            "unknown extension \"fuzzy\"; known extensions: hybrid"
+            "unknown extension \"fuzzy\"; known extensions: hybrid, conversations"
         );
+    }
+
+    #[test]
+    fn context_retention_is_a_positive_duration() {
+        assert_eq!(with(&[]).unwrap().context_retention, None);
+        for (value, expected) in [
+            ("30d", Duration::from_secs(30 * 24 * 3600)),
+            (" 1h30m ", Duration::from_secs(5400)),
+            ("500ms", Duration::from_millis(500)),
+            ("100y", MAX_CONTEXT_RETENTION),
+        ] {
+            let c = with(&[("TROVE_CONTEXT_RETENTION", value)]).unwrap();
+            assert_eq!(c.context_retention, Some(expected), "{value}");
+        }
+        for value in ["0", "0s", "30", "1.5h", "-1d", "1m1h", "101y", "x"] {
+            let e = with(&[("TROVE_CONTEXT_RETENTION", value)]).unwrap_err();
+            assert_eq!(e.variable, "TROVE_CONTEXT_RETENTION", "{value}");
+            assert!(
+                e.reason.ends_with(&format!("got {value:?}")),
+                "{}",
+                e.reason
+            );
+        }
     }
 
     #[test]

@@ -134,14 +134,22 @@ impl Application {
             .config
             .run_worker
             .then(|| tokio::spawn(run_worker(self.state.clone(), worker_stopped)));
-        let sweep = tokio::spawn(sweep_traces(self.state.pool.clone()));
+        let mut sweeps = vec![tokio::spawn(sweep_traces(self.state.pool.clone()))];
+        if let Some(retention) = self.state.config.context_retention {
+            sweeps.push(tokio::spawn(sweep_contexts(
+                self.state.pool.clone(),
+                retention,
+            )));
+        }
         let connections = Connections::default();
         let mcp = crate::mcp::endpoint(self.state.clone());
         let app = crate::http::app(self.state.clone(), connections.clone(), mcp);
         let result = Server::new_with_acceptor(WatchedAcceptor::new(self.acceptor, connections))
             .run_with_graceful_shutdown(app, shutdown, Some(Duration::from_secs(30)))
             .await;
-        sweep.abort();
+        for sweep in sweeps {
+            sweep.abort();
+        }
         // Then let the worker finish its current batch.
         let _ = stop_worker.send(true);
         if let Some(worker) = worker
@@ -187,14 +195,38 @@ pub async fn run_worker_only(
 /// Deletes expired execution traces every minute (they are unreadable already: their age is
 /// checked on read).
 async fn sweep_traces(pool: store::Pool) {
-    let mut every_minute = tokio::time::interval(Duration::from_secs(60));
-    every_minute.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    sweep_every(Duration::from_secs(60), "traces", || {
+        crate::service::agents::delete_expired_traces(&pool)
+    })
+    .await;
+}
+
+/// Deletes the conversation contexts not updated for `retention` (`TROVE_CONTEXT_RETENTION`)
+/// with their messages, whether or not the extension `conversations` is on (contexts kept
+/// from when it was), every tenth of the retention (from once a second to once a minute).
+async fn sweep_contexts(pool: store::Pool, retention: Duration) {
+    let period = crate::service::contexts::retention_sweep_period(retention);
+    sweep_every(period, "contexts", || {
+        crate::service::contexts::delete_expired(&pool, retention)
+    })
+    .await;
+}
+
+/// Runs `sweep` at once and then every `period` (a late run delays the next), logging how
+/// many `what` it deleted or why it could not.
+async fn sweep_every<F, Fut>(period: Duration, what: &'static str, mut sweep: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, crate::error::ApiError>>,
+{
+    let mut every = tokio::time::interval(period);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        every_minute.tick().await;
-        match crate::service::agents::delete_expired_traces(&pool).await {
+        every.tick().await;
+        match sweep().await {
             Ok(0) => {}
-            Ok(deleted) => tracing::debug!(deleted, "expired traces deleted"),
-            Err(error) => tracing::warn!(%error, "could not delete expired traces"),
+            Ok(deleted) => tracing::debug!(deleted, what, "expired rows deleted"),
+            Err(error) => tracing::warn!(%error, what, "could not delete expired rows"),
         }
     }
 }

@@ -36,6 +36,26 @@ pub enum RoleName {
     Assistant,
 }
 
+impl From<RoleName> for Role {
+    fn from(role: RoleName) -> Self {
+        match role {
+            RoleName::System => Self::System,
+            RoleName::User => Self::User,
+            RoleName::Assistant => Self::Assistant,
+        }
+    }
+}
+
+impl From<Role> for RoleName {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::System => Self::System,
+            Role::User => Self::User,
+            Role::Assistant => Self::Assistant,
+        }
+    }
+}
+
 /// One prompt message.
 #[derive(Debug, Clone, Object, Serialize, Deserialize)]
 pub struct PromptMessage {
@@ -104,11 +124,7 @@ pub struct AgentPlaceholder {
 impl From<PromptMessage> for Message {
     fn from(message: PromptMessage) -> Self {
         Self {
-            role: match message.role {
-                RoleName::System => Role::System,
-                RoleName::User => Role::User,
-                RoleName::Assistant => Role::Assistant,
-            },
+            role: message.role.into(),
             template: message.template,
             include: message.include,
         }

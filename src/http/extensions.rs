@@ -4,6 +4,8 @@
 //!
 //! The request fields of an extension are in the API types for parsing, but skipped in their
 //! schemas (`#[oai(skip)]`); [`document`] adds them when the extension is on, marked as such.
+//! An extension's own operations (`conversations`) are described by a document of their own,
+//! whose paths, schemas and tag [`document`] takes in.
 
 use serde_json::{Map, Value, json};
 
@@ -63,7 +65,43 @@ fn describe_schema(document: &mut Value, schema: &str, text: &str) {
 fn describe(document: &mut Value, extension: Extension) {
     match extension {
         Extension::Hybrid => describe_hybrid(document),
+        Extension::Conversations => {
+            add_operations(document, &super::contexts::openapi_document());
+        }
     }
+}
+
+/// Takes in the paths, schemas and tags of `operations`, the document of an extension's own
+/// operations (whose descriptions say which extension they belong to). A schema both
+/// documents name (a shared type, such as `RoleName`) is the interface's already.
+fn add_operations(document: &mut Value, operations: &str) {
+    let Ok(mut operations) = serde_json::from_str::<Value>(operations) else {
+        return;
+    };
+    for pointer in ["/paths", "/components/schemas"] {
+        let (Some(Value::Object(target)), Some(Value::Object(source))) = (
+            document.pointer_mut(pointer),
+            operations.pointer_mut(pointer).map(Value::take),
+        ) else {
+            continue;
+        };
+        for (name, item) in source {
+            target.entry(name).or_insert(item);
+        }
+    }
+    let (Some(Value::Array(tags)), Some(Value::Array(added))) = (
+        document.pointer_mut("/tags"),
+        operations.pointer_mut("/tags").map(Value::take),
+    ) else {
+        return;
+    };
+    for tag in added {
+        if !tags.iter().any(|known| known["name"] == tag["name"]) {
+            tags.push(tag);
+        }
+    }
+    // The interface's tags are in name order; the added ones join them there.
+    tags.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
 }
 
 /// `hybrid` searches and placeholders: the fusion parameters, the ranks of each list.
@@ -228,6 +266,67 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .ends_with("Extensions of the interface on in this deployment: hybrid.")
+        );
+        assert!(on.pointer("/paths/~1contexts").is_none());
+    }
+
+    #[test]
+    fn the_conversations_extension_adds_its_operations_schemas_and_tag() {
+        let interface = super::super::openapi_document();
+        let off: Value = serde_json::from_str(&interface).unwrap();
+        let on: Value = serde_json::from_str(&document(
+            &interface,
+            Extensions::NONE.with(Extension::Conversations),
+        ))
+        .unwrap();
+        let paths = [
+            "/contexts",
+            "/contexts/{context_id}",
+            "/contexts/{context_id}/messages",
+            "/contexts/{context_id}/messages/{message_id}",
+        ];
+        for path in paths {
+            let pointer = format!("/paths/{}", path.replace('/', "~1"));
+            assert!(off.pointer(&pointer).is_none(), "{path}");
+            let operations = on
+                .pointer(&pointer)
+                .and_then(Value::as_object)
+                .unwrap_or_else(|| panic!("{path}"));
+            for (method, operation) in operations {
+                let description = operation["description"].as_str().unwrap_or_default();
+                assert!(
+                    description.starts_with("Extension `conversations`."),
+                    "{method} {path}: {description:?}"
+                );
+            }
+        }
+        for schema in [
+            "Context",
+            "ContextMessage",
+            "ContextList",
+            "CreateContextBody",
+        ] {
+            let pointer = format!("/components/schemas/{schema}");
+            assert!(off.pointer(&pointer).is_none(), "{schema}");
+            assert!(on.pointer(&pointer).is_some(), "{schema}");
+        }
+        // Every schema of the interface is kept as it was.
+        for (name, schema) in off["components"]["schemas"].as_object().unwrap() {
+            assert_eq!(&on["components"]["schemas"][name], schema, "{name}");
+        }
+        let tags: Vec<&str> = on["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tag| tag["name"].as_str().unwrap())
+            .collect();
+        assert!(tags.contains(&"Conversations"), "{tags:?}");
+        assert!(tags.is_sorted(), "{tags:?}");
+        assert!(
+            on["info"]["description"]
+                .as_str()
+                .unwrap()
+                .ends_with("Extensions of the interface on in this deployment: conversations.")
         );
     }
 }

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod api_keys;
 pub mod connections;
+pub mod contexts;
 pub mod core;
 pub mod documents;
 pub mod embedding;
@@ -31,6 +32,7 @@ use poem::http::Method;
 use poem::{Endpoint, EndpointExt, Route};
 use poem_openapi::{OpenApiService, Tags};
 
+use crate::config::Extension;
 use crate::state::AppState;
 use routes::{RouteKind, RouteTable};
 use shell::Shell;
@@ -77,6 +79,11 @@ pub type Apis = (
     agents::AgentsApi,
     traces::TracesApi,
 );
+
+/// Every operation the application can serve: the interface's and the extensions'. The route
+/// table admits an extension's operations only when it is on; until then their paths are
+/// unknown paths.
+type ServedApis = (Apis, contexts::ContextsApi);
 
 /// The release string of the OpenAPI document (`<year>-<month>`).
 pub const API_VERSION: &str = "2026-11";
@@ -125,6 +132,9 @@ pub fn app(
     }
     let mut operations = RouteTable::default();
     operations.add_operations::<Apis>();
+    if state.config.extensions.has(Extension::Conversations) {
+        operations.add_operations::<contexts::ContextsApi>();
+    }
     let routes = routes.merged(operations);
 
     let interface = service.spec();
@@ -144,7 +154,7 @@ pub fn app(
         .nest("/_docs-alt", core::Page::new(redoc, service.redoc()))
         .data(state.clone());
     let metrics = state.metrics.clone();
-    let api = service.data(state);
+    let api = OpenApiService::new(ServedApis::default(), "Trove", API_VERSION).data(state);
     Shell {
         api,
         reference,

@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod api_keys;
 pub mod classifications;
+pub mod contexts;
 pub mod documents;
 pub mod embedding_models;
 pub mod filters;

@@ -168,12 +168,6 @@ impl From<agent_trace::Model> for TraceRow {
     }
 }
 
-/// `now() - make_interval(secs => max_age_seconds)`: the oldest creation time a readable
-/// trace has, in the database's clock.
-fn expiry(max_age_seconds: f64) -> Expr {
-    Expr::cust_with_values("now() - make_interval(secs => $1)", [max_age_seconds])
-}
-
 /// Writes a trace.
 pub async fn insert_trace(db: &Pool, trace: &NewTrace<'_>) -> Result<(), DbErr> {
     let row = agent_trace::ActiveModel {
@@ -215,7 +209,7 @@ pub async fn get_trace(
         .filter(
             agent_trace::Column::CreatedAt
                 .into_expr()
-                .gt(expiry(max_age_seconds)),
+                .gt(entities::age_cutoff(max_age_seconds)),
         )
         .one(db.orm())
         .await?;
@@ -224,13 +218,10 @@ pub async fn get_trace(
 
 /// Deletes the traces older than `max_age_seconds`; how many.
 pub async fn delete_expired_traces(db: &Pool, max_age_seconds: f64) -> Result<u64, DbErr> {
-    let deleted = agent_trace::Entity::delete_many()
-        .filter(
-            agent_trace::Column::CreatedAt
-                .into_expr()
-                .lte(expiry(max_age_seconds)),
-        )
-        .exec(db.orm())
-        .await?;
-    Ok(deleted.rows_affected)
+    entities::delete_older_than::<agent_trace::Entity>(
+        db.orm(),
+        agent_trace::Column::CreatedAt,
+        max_age_seconds,
+    )
+    .await
 }

@@ -347,7 +347,8 @@ pub async fn object_exists(
         ObjectType::Taxonomies => "SELECT EXISTS (SELECT 1 FROM taxonomies WHERE id = $1)",
         ObjectType::Agents => "SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1)",
         ObjectType::Llms => "SELECT EXISTS (SELECT 1 FROM llms WHERE id = $1)",
-        // Types with no storage of their own: nothing exists to name.
+        // Types with no storage of their own, and contexts, which only their key may see
+        // (permissions have no effect on them): nothing exists to name.
         _ => return Ok(false),
     };
     sqlx::query_scalar(sql).bind(id).fetch_one(pool).await

@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "scope_in_vector_tables",
         sql: include_str!("../../migrations/0015_scope_in_vector_tables.sql"),
     },
+    Migration {
+        version: 16,
+        name: "contexts",
+        sql: include_str!("../../migrations/0016_contexts.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod api_keys;
+pub mod contexts;
 pub mod documents;
 pub mod embedding;
 pub mod entities;

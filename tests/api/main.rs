@@ -10,6 +10,7 @@ mod helpers;
 mod agents;
 mod api_keys;
 mod auth;
+mod contexts;
 mod core;
 mod deferred_index;
 mod docs;

@@ -10,6 +10,8 @@
 pub mod agent;
 pub mod agent_trace;
 pub mod api_key;
+pub mod context;
+pub mod context_message;
 pub mod embedding_model;
 pub mod embedding_provider;
 pub mod llm;
@@ -21,7 +23,7 @@ pub mod text_splitter;
 pub mod text_splitter_provider;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
+use sea_orm::{ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
 /// Writes `changes` to the row whose `id` is `id` and sets its `updated_at` to the
@@ -37,11 +39,45 @@ where
     A: ActiveModelTrait,
     C: ConnectionTrait,
 {
+    update_one_where(db, Expr::col("id").eq(id), changes).await
+}
+
+/// [`update_by_id`] for the row `condition` selects (an id and more, such as its owner): the
+/// row as written, `None` when no row matches.
+pub(crate) async fn update_one_where<A, C>(
+    db: &C,
+    condition: Expr,
+    changes: A,
+) -> Result<Option<<A::Entity as EntityTrait>::Model>, DbErr>
+where
+    A: ActiveModelTrait,
+    C: ConnectionTrait,
+{
     let rows = <A::Entity as EntityTrait>::update_many()
         .set(changes)
         .col_expr("updated_at", Expr::current_timestamp())
-        .filter(Expr::col("id").eq(id))
+        .filter(condition)
         .exec_with_returning(db)
         .await?;
     Ok(rows.into_iter().next())
+}
+
+/// `now() - make_interval(secs => max_age_seconds)`: the oldest time a row may carry to be
+/// younger than `max_age_seconds`, in the database's clock.
+pub(crate) fn age_cutoff(max_age_seconds: f64) -> Expr {
+    Expr::cust_with_values("now() - make_interval(secs => $1)", [max_age_seconds])
+}
+
+/// Deletes the rows of `E` whose time `column` is `max_age_seconds` old or older (in the
+/// database's clock); how many.
+pub(crate) async fn delete_older_than<E: EntityTrait>(
+    db: &impl ConnectionTrait,
+    column: E::Column,
+    max_age_seconds: f64,
+) -> Result<u64, DbErr> {
+    let deleted = E::delete_many()
+        .filter(column.into_expr().lte(age_cutoff(max_age_seconds)))
+        .exec(db)
+        .await?;
+    Ok(deleted.rows_affected)
 }
