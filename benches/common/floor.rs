@@ -55,25 +55,8 @@ pub struct Floor {
 /// timed. Every call the benches make into the plan API of `trove::retrieval::search` for a
 /// floor is here.
 pub async fn floor(pool: &Pool, estimates: &ScopeEstimates, search: FloorSearch) -> Floor {
-    let scope = Scope {
-        pipeline_id: search.pipeline_id,
-        classifications: &search.classifications,
-        filter: search.filter.clone(),
-    };
-    let (path, selectivity) = choose_path(pool, estimates, &scope, &search).await;
-    let vectors = search.estimated_rows;
-    let indexed = index_built(pool, search.vector_embedding_id).await;
-    let query = VectorQuery {
-        vector_embedding_id: search.vector_embedding_id,
-        vector: &search.vector,
-        strategy: DistanceStrategy::Cosine,
-        unit_vectors: true,
-        estimated_rows: vectors,
-        selectivity,
-        path,
-        indexed,
-        gate: None,
-    };
+    let (scope, query) = planned(pool, estimates, &search).await;
+    let (path, selectivity) = (query.path, query.selectivity);
     let plan = nearest_plan(&scope, &query, None, search.limit, search.mmr).expect("statement");
     let started = Instant::now();
     let mut conn = pool.acquire_warm().await.expect("connection");
@@ -92,6 +75,32 @@ pub async fn floor(pool: &Pool, estimates: &ScopeEstimates, search: FloorSearch)
         exact: path != NearestPath::Index,
         selectivity,
     }
+}
+
+/// The scope of `search` and its vector query, the path chosen as the service chooses it.
+async fn planned<'a>(
+    pool: &Pool,
+    estimates: &ScopeEstimates,
+    search: &'a FloorSearch,
+) -> (Scope<'a>, VectorQuery<'a>) {
+    let scope = Scope {
+        pipeline_id: search.pipeline_id,
+        classifications: &search.classifications,
+        filter: search.filter.clone(),
+    };
+    let (path, selectivity) = choose_path(pool, estimates, &scope, search).await;
+    let query = VectorQuery {
+        vector_embedding_id: search.vector_embedding_id,
+        vector: &search.vector,
+        strategy: DistanceStrategy::Cosine,
+        unit_vectors: true,
+        estimated_rows: search.estimated_rows,
+        selectivity,
+        path,
+        indexed: index_built(pool, search.vector_embedding_id).await,
+        gate: None,
+    };
+    (scope, query)
 }
 
 /// The path the service chooses for `search` (from the planner's estimate of a restricted
@@ -164,24 +173,8 @@ pub async fn hybrid_floor(
     search: FloorSearch,
     lexical: &HybridFloor,
 ) -> Floor {
-    let scope = Scope {
-        pipeline_id: search.pipeline_id,
-        classifications: &search.classifications,
-        filter: search.filter.clone(),
-    };
-    let (path, selectivity) = choose_path(pool, estimates, &scope, &search).await;
-    let indexed = index_built(pool, search.vector_embedding_id).await;
-    let query = VectorQuery {
-        vector_embedding_id: search.vector_embedding_id,
-        vector: &search.vector,
-        strategy: DistanceStrategy::Cosine,
-        unit_vectors: true,
-        estimated_rows: search.estimated_rows,
-        selectivity,
-        path,
-        indexed,
-        gate: None,
-    };
+    let (scope, query) = planned(pool, estimates, &search).await;
+    let (path, selectivity) = (query.path, query.selectivity);
     let hybrid = HybridQuery {
         text: &lexical.text,
         candidates: search.limit.max(lexical.k),
