@@ -213,6 +213,12 @@ async fn history_placeholders_are_checked_and_shown_with_their_k() {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
         assert_eq!(reply.body["placeholders"][1], history, "{path}");
     }
+    let listed = app.get("/agents").await;
+    assert_eq!(
+        listed.body["data"][0]["placeholders"][1], history,
+        "{}",
+        listed.text
+    );
     let prompt = app.get(&format!("/agents/{agent}/prompt")).await;
     assert_eq!(prompt.body["variables"], json!(["question"]));
 
