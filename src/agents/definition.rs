@@ -6,13 +6,15 @@
 //! the same definition always yields the same error:
 //!
 //! 1. the name has 1–255 characters;
-//! 2. no placeholder is of a type that is not implemented (`hybrid`, `history`);
+//! 2. no placeholder is of a type that is not implemented (`hybrid` without the extension
+//!    `hybrid`, `history` without the extension `conversations`);
 //! 3. the prompt has a `system` and a `user` message and ends with a `user` message;
 //! 4. placeholder names are unique identifiers of at most 64 characters, every template
 //!    reference names a placeholder, and every retrieval placeholder targets a `query`
 //!    placeholder;
 //! 5. every retrieval placeholder has usable parameters (`k` ≥ 1, `fetch_k` ≥ `k`,
-//!    `lambda_mult` within 0..=1).
+//!    `lambda_mult` within 0..=1), and there is at most one `history` placeholder, whose `k`
+//!    is within 1..=1,000.
 //!
 //! Messages count for rules 3 and 4 whether or not they are `include`d: an excluded message is
 //! still stored and may be included by a later update.
@@ -28,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::template::{Template, Unfilled};
-use crate::config::Extensions;
+use crate::config::{Extension, Extensions};
 use crate::metadata_schema::is_identifier;
 use crate::names::MAX_NAME_CHARS;
 pub use crate::retrieval::kinds::SearchKind;
@@ -39,6 +41,13 @@ use crate::retrieval::kinds::{
 
 /// The most characters a placeholder name may have.
 pub const MAX_PLACEHOLDER_NAME_CHARS: usize = 64;
+
+/// How many of a context's most recent messages a `history` placeholder holds when its
+/// `params` do not say.
+pub const DEFAULT_HISTORY_K: u32 = 10;
+
+/// The most messages a `history` placeholder may hold.
+pub const MAX_HISTORY_K: u32 = 1_000;
 
 /// The author of a prompt message, as the chat model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -229,10 +238,11 @@ impl RetrievalParams {
 ///
 /// Built through [`Placeholder::new`] (deserialization uses it too), a placeholder is
 /// normalised: a `query` placeholder has neither target nor params, a retrieval placeholder
-/// always has params. `hybrid` and `history` placeholders keep what they were given, since no
-/// valid definition holds them.
+/// always has params, and a `history` placeholder has no target and params holding only `k`
+/// (stored and shown as `{"k": n}`). A `hybrid` placeholder keeps what it was given without
+/// its extension, since no valid definition then holds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "PlaceholderFields")]
+#[serde(from = "PlaceholderFields", into = "PlaceholderOut")]
 pub struct Placeholder {
     /// The name templates refer to it by.
     pub name: String,
@@ -258,6 +268,42 @@ struct PlaceholderFields {
     params: Option<RetrievalParams>,
 }
 
+/// A placeholder as stored and shown: a `history` placeholder's params hold only `k`.
+#[derive(Serialize)]
+struct PlaceholderOut {
+    name: String,
+    #[serde(rename = "type")]
+    kind: SearchKind,
+    target: Option<String>,
+    params: Option<ParamsOut>,
+}
+
+/// The params of [`PlaceholderOut`].
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ParamsOut {
+    History { k: u32 },
+    Retrieval(RetrievalParams),
+}
+
+impl From<Placeholder> for PlaceholderOut {
+    fn from(placeholder: Placeholder) -> Self {
+        let params = placeholder.params.map(|params| {
+            if placeholder.kind == SearchKind::History {
+                ParamsOut::History { k: params.k }
+            } else {
+                ParamsOut::Retrieval(params)
+            }
+        });
+        Self {
+            name: placeholder.name,
+            kind: placeholder.kind,
+            target: placeholder.target,
+            params,
+        }
+    }
+}
+
 impl From<PlaceholderFields> for Placeholder {
     fn from(fields: PlaceholderFields) -> Self {
         Self::new(fields.name, fields.kind.0, fields.target, fields.params)
@@ -267,7 +313,9 @@ impl From<PlaceholderFields> for Placeholder {
 impl Placeholder {
     /// A normalised placeholder: for `query`, `target` and `params` are dropped; for a
     /// retrieval type, absent `params` become its type's defaults ([`RetrievalParams::of`]),
-    /// and a `hybrid` placeholder's parameters always say how it fuses.
+    /// a `hybrid` placeholder's parameters always say how it fuses, and a `history`
+    /// placeholder has no target and params holding its `k` ([`DEFAULT_HISTORY_K`] when
+    /// absent).
     pub fn new(
         name: impl Into<String>,
         kind: SearchKind,
@@ -276,6 +324,8 @@ impl Placeholder {
     ) -> Self {
         let (target, params) = if kind == SearchKind::Query {
             (None, None)
+        } else if kind == SearchKind::History {
+            (None, Some(Self::history_params(params.map(|p| p.k))))
         } else if kind.is_retrieval() {
             let defaults = RetrievalParams::of(kind, None);
             let params = params.map_or(defaults, |params| RetrievalParams {
@@ -291,6 +341,14 @@ impl Placeholder {
             kind,
             target,
             params,
+        }
+    }
+
+    /// The params of a `history` placeholder holding `k` messages (omitted: the default).
+    pub fn history_params(k: Option<u32>) -> RetrievalParams {
+        RetrievalParams {
+            k: k.unwrap_or(DEFAULT_HISTORY_K),
+            ..RetrievalParams::default()
         }
     }
 
@@ -323,7 +381,8 @@ pub enum DefinitionError {
     /// 400 `Invalid parameter` with `details.error` `Invalid name`.
     #[error("agent name must have 1 to {MAX_NAME_CHARS} characters")]
     InvalidName,
-    /// 501 `Not implemented`: a placeholder of this type (`hybrid` or `history`).
+    /// 501 `Not implemented`: a placeholder of this type (`hybrid` or `history` without its
+    /// extension).
     #[error("placeholder type {0} is not implemented")]
     NotImplemented(SearchKind),
     /// 400 `Invalid prompt type`: no system message, no user message, or the last message is
@@ -334,7 +393,8 @@ pub enum DefinitionError {
     #[error("invalid prompt: {0}")]
     InvalidPrompt(PromptProblem),
     /// 400 `Invalid placeholder of type <type>`, `<type>` being the lowercase type name
-    /// ([`SearchKind::wire_name`]).
+    /// ([`SearchKind::wire_name`]): unusable retrieval parameters, a `history` placeholder's
+    /// `k` outside 1..=1,000, or a second `history` placeholder.
     #[error("invalid parameters for a placeholder of type {0}")]
     InvalidPlaceholder(SearchKind),
 }
@@ -401,7 +461,22 @@ impl AgentDefinition {
         self.check_prompt_roles()?;
         self.check_prompt_references()
             .map_err(DefinitionError::InvalidPrompt)?;
-        self.check_retrieval_params()
+        self.check_retrieval_params()?;
+        self.check_history_params()
+    }
+
+    /// The `history` placeholder, if any (a valid definition has at most one).
+    pub fn history_placeholder(&self) -> Option<&Placeholder> {
+        self.placeholders
+            .iter()
+            .find(|placeholder| placeholder.kind == SearchKind::History)
+    }
+
+    /// How many of a context's most recent messages an execution renders: the `history`
+    /// placeholder's `k`, or none without one.
+    pub fn history_len(&self) -> u32 {
+        self.history_placeholder()
+            .map_or(0, |placeholder| placeholder.effective_params().k)
     }
 
     /// The query placeholders an execution must supply: those referenced in a template (of
@@ -418,6 +493,27 @@ impl AgentDefinition {
             .filter(|name| referenced.contains(*name) || targeted.contains(name))
             .map(str::to_owned)
             .collect()
+    }
+
+    /// The user's turn of an execution as a context keeps it: the value of the one query
+    /// placeholder given a value, or one `name: value` line per such placeholder, in
+    /// definition order.
+    pub fn user_turn(&self, variables: &HashMap<String, String>) -> String {
+        let given: Vec<(&str, &str)> = self
+            .query_placeholders()
+            .filter_map(|placeholder| {
+                let name = placeholder.name.as_str();
+                variables.get(name).map(|value| (name, value.as_str()))
+            })
+            .collect();
+        match given.as_slice() {
+            [(_, value)] => (*value).to_owned(),
+            lines => lines
+                .iter()
+                .map(|(name, value)| format!("{name}: {value}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
     }
 
     /// The placeholders an execution fills by searching, in definition order. Every one of
@@ -480,7 +576,13 @@ impl AgentDefinition {
     }
 
     /// Renders every included message, in order. `values` holds the query variables and,
-    /// for each retrieval placeholder, its fragments' text already joined.
+    /// for each retrieval placeholder, its fragments' text already joined; `history` holds
+    /// the messages of the `history` placeholder, oldest first (empty without a context).
+    ///
+    /// A message whose template is exactly the `history` placeholder's reference (surrounding
+    /// whitespace aside) becomes the history's messages, each with its own role (none when
+    /// the history is empty); elsewhere the reference becomes a transcript, one
+    /// `role: content` line per message.
     ///
     /// Fails with the names left unfilled across all included messages (first appearance,
     /// each once). After [`Self::check_execution_variables`] and with every retrieval result
@@ -488,12 +590,32 @@ impl AgentDefinition {
     pub fn render_messages(
         &self,
         values: &HashMap<String, String>,
+        history: &[RenderedMessage],
     ) -> Result<Vec<RenderedMessage>, Unfilled> {
+        let history_name = self
+            .history_placeholder()
+            .map(|placeholder| placeholder.name.as_str());
+        let transcript = history
+            .iter()
+            .map(|message| format!("{}: {}", message.role, message.content))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let lookup = |name: &str| {
+            if Some(name) == history_name {
+                Some(transcript.as_str())
+            } else {
+                values.get(name).map(String::as_str)
+            }
+        };
         let mut rendered = Vec::new();
         let mut unfilled: Vec<String> = Vec::new();
         for message in self.prompt.iter().filter(|message| message.include) {
+            if history_name.is_some_and(|name| is_sole_reference(&message.template, name)) {
+                rendered.extend_from_slice(history);
+                continue;
+            }
             let template = Template::parse(&message.template);
-            match template.render(|name| values.get(name).map(String::as_str)) {
+            match template.render(lookup) {
                 Ok(content) => rendered.push(RenderedMessage {
                     role: message.role,
                     content,
@@ -523,15 +645,21 @@ impl AgentDefinition {
         }
     }
 
-    /// Rule 2: the first placeholder of an unimplemented type, in definition order.
+    /// Rule 2: the first placeholder of an unimplemented type, in definition order. A
+    /// `history` placeholder is implemented by the extension `conversations` (searches of
+    /// that type are not).
     fn check_placeholder_types_implemented(
         &self,
         extensions: Extensions,
     ) -> Result<(), DefinitionError> {
+        let implemented = |kind: SearchKind| {
+            kind.is_implemented(extensions)
+                || (kind == SearchKind::History && extensions.has(Extension::Conversations))
+        };
         match self
             .placeholders
             .iter()
-            .find(|placeholder| !placeholder.kind.is_implemented(extensions))
+            .find(|placeholder| !implemented(placeholder.kind))
         {
             Some(placeholder) => Err(DefinitionError::NotImplemented(placeholder.kind)),
             None => Ok(()),
@@ -604,6 +732,22 @@ impl AgentDefinition {
         }
     }
 
+    /// Rule 5 for `history` placeholders: at most one, with `k` within 1..=1,000.
+    fn check_history_params(&self) -> Result<(), DefinitionError> {
+        let mut histories = self
+            .placeholders
+            .iter()
+            .filter(|placeholder| placeholder.kind == SearchKind::History);
+        let Some(history) = histories.next() else {
+            return Ok(());
+        };
+        let k = history.effective_params().k;
+        if histories.next().is_some() || !(1..=MAX_HISTORY_K).contains(&k) {
+            return Err(DefinitionError::InvalidPlaceholder(SearchKind::History));
+        }
+        Ok(())
+    }
+
     /// The query placeholders, in definition order.
     fn query_placeholders(&self) -> impl Iterator<Item = &Placeholder> {
         self.placeholders
@@ -623,6 +767,15 @@ impl AgentDefinition {
             })
             .collect()
     }
+}
+
+/// Whether `template` is exactly a reference to `name`, surrounding whitespace aside.
+fn is_sole_reference(template: &str, name: &str) -> bool {
+    template
+        .trim()
+        .strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+        == Some(name)
 }
 
 #[cfg(test)]
@@ -1379,7 +1532,7 @@ mod tests {
             .insert(1, excluded(Role::Assistant, "{never_filled}"));
         let values = variables(&[("question", "Why {context}?"), ("context", "one\n\ntwo")]);
         assert_eq!(
-            definition.render_messages(&values),
+            definition.render_messages(&values, &[]),
             Ok(vec![
                 RenderedMessage {
                     role: Role::System,
@@ -1400,13 +1553,13 @@ mod tests {
             .prompt
             .push(message(Role::User, "{question} {context}"));
         assert_eq!(
-            definition.render_messages(&variables(&[])),
+            definition.render_messages(&variables(&[]), &[]),
             Err(Unfilled {
                 names: names(&["context", "question"])
             })
         );
         assert_eq!(
-            definition.render_messages(&variables(&[("question", "q")])),
+            definition.render_messages(&variables(&[("question", "q")]), &[]),
             Err(Unfilled {
                 names: names(&["context"])
             })
@@ -1423,5 +1576,109 @@ mod tests {
             serde_json::to_value(rendered).ok(),
             Some(json!({"role": "user", "content": "hi"}))
         );
+    }
+
+    fn with_history(k: Option<u32>) -> AgentDefinition {
+        let mut definition = agent();
+        definition.placeholders.push(Placeholder::new(
+            "history",
+            SearchKind::History,
+            Some("question".to_owned()),
+            k.map(|k| Placeholder::history_params(Some(k))),
+        ));
+        definition
+    }
+
+    fn said(role: Role, content: &str) -> RenderedMessage {
+        RenderedMessage {
+            role,
+            content: content.to_owned(),
+        }
+    }
+
+    #[test]
+    fn history_is_implemented_with_conversations_only() {
+        let on = Extensions::NONE.with(crate::config::Extension::Conversations);
+        assert_eq!(
+            with_history(None).validate(Extensions::NONE),
+            Err(DefinitionError::NotImplemented(SearchKind::History))
+        );
+        assert_eq!(with_history(None).validate(on), Ok(()));
+        assert!(!SearchKind::History.is_implemented(on), "searches stay 501");
+    }
+
+    #[test]
+    fn history_k_defaults_to_10_and_lies_within_1_and_1000() {
+        let on = Extensions::NONE.with(crate::config::Extension::Conversations);
+        assert_eq!(with_history(None).history_len(), DEFAULT_HISTORY_K);
+        assert_eq!(agent().history_len(), 0);
+        for k in [1, 1_000] {
+            assert_eq!(with_history(Some(k)).validate(on), Ok(()));
+        }
+        for k in [0, 1_001] {
+            assert_eq!(
+                with_history(Some(k)).validate(on),
+                Err(DefinitionError::InvalidPlaceholder(SearchKind::History))
+            );
+        }
+        let mut two = with_history(None);
+        two.placeholders
+            .push(Placeholder::new("older", SearchKind::History, None, None));
+        assert_eq!(
+            two.validate(on),
+            Err(DefinitionError::InvalidPlaceholder(SearchKind::History))
+        );
+    }
+
+    #[test]
+    fn history_placeholder_is_stored_with_k_only_and_no_target() {
+        let definition = with_history(Some(3));
+        let history = definition.history_placeholder().map(serde_json::to_value);
+        let expected =
+            json!({"name": "history", "type": "history", "target": null, "params": {"k": 3}});
+        assert_eq!(history.and_then(Result::ok), Some(expected.clone()));
+        let read = serde_json::from_value::<Placeholder>(expected).ok();
+        assert_eq!(read.as_ref(), definition.history_placeholder());
+    }
+
+    #[test]
+    fn history_renders_as_messages_alone_and_as_a_transcript_within_text() {
+        let mut definition = with_history(None);
+        definition.prompt = vec![
+            message(Role::System, "Earlier:\n{history}"),
+            message(Role::Assistant, " {history}\n"),
+            message(Role::User, "{question}"),
+        ];
+        let history = [said(Role::User, "hi"), said(Role::Assistant, "hello")];
+        let values = variables(&[("question", "q")]);
+        assert_eq!(
+            definition.render_messages(&values, &history),
+            Ok(vec![
+                said(Role::System, "Earlier:\nuser: hi\nassistant: hello"),
+                said(Role::User, "hi"),
+                said(Role::Assistant, "hello"),
+                said(Role::User, "q"),
+            ])
+        );
+        assert_eq!(
+            definition.render_messages(&values, &[]),
+            Ok(vec![
+                said(Role::System, "Earlier:\n"),
+                said(Role::User, "q")
+            ])
+        );
+    }
+
+    #[test]
+    fn user_turn_is_the_one_value_or_a_line_per_variable_in_definition_order() {
+        let mut definition = agent();
+        assert_eq!(
+            definition.user_turn(&variables(&[("question", "why?")])),
+            "why?"
+        );
+        definition.placeholders.insert(0, query("topic"));
+        let both = variables(&[("question", "why?"), ("topic", "leave")]);
+        assert_eq!(definition.user_turn(&both), "topic: leave\nquestion: why?");
+        assert_eq!(definition.user_turn(&variables(&[("other", "x")])), "");
     }
 }

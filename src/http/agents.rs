@@ -19,12 +19,17 @@ use super::documents::Fragment;
 use super::extract::{self, Auth, JsonBody, required_header, state};
 use super::respond::{Created, Described, Json, List, NoContent, Nullable};
 use super::streaming::{Answer, StreamMode};
-use crate::agents::definition::{AgentDefinition, Message, Placeholder, RetrievalParams, Role};
+use crate::agents::definition::{
+    AgentDefinition, Message, Placeholder, RetrievalParams, Role, SearchKind,
+};
+use crate::auth::key_check::credentials;
+use crate::config::Extension;
 use crate::error::ApiError;
 use crate::retrieval::kinds::{Listed, PlaceholderTypes, SearchParams};
 use crate::service::agents::{
     self as service, AgentChange, AgentRow, ExecuteOptions, RetrievalInput,
 };
+use crate::service::contexts;
 
 /// Roles of prompt messages.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, poem_openapi::Enum)]
@@ -134,6 +139,14 @@ impl From<PromptMessage> for Message {
 impl From<AgentPlaceholder> for Placeholder {
     fn from(placeholder: AgentPlaceholder) -> Self {
         let kind = placeholder.kind.0;
+        if kind == SearchKind::History {
+            // Only `k` means anything to a history; omitted, it is the default.
+            let params = placeholder
+                .params
+                .0
+                .map(|p| Placeholder::history_params(p.k.map(u32::from)));
+            return Self::new(placeholder.name, kind, placeholder.target, params);
+        }
         let params = placeholder.params.0.map(|p| {
             let sent = SearchParams {
                 k: p.k,
@@ -165,7 +178,8 @@ pub struct AgentObject {
     prompt: Vec<PromptMessage>,
     /// Retrieval placeholders with all five `params`; `query` placeholders with `target` and
     /// `params` null.
-    placeholders: Vec<AgentPlaceholder>,
+    // As stored: a `history` placeholder's params (extension `conversations`) hold only `k`.
+    placeholders: Described<Vec<AgentPlaceholder>>,
     /// RFC 3339.
     created_at: String,
     /// RFC 3339.
@@ -206,6 +220,9 @@ pub struct UpdateAgentBody {
     #[serde(default)]
     placeholders: MaybeUndefined<Vec<AgentPlaceholder>>,
 }
+
+/// The header naming the context of an execution (extension `conversations`).
+pub const CONTEXT_HEADER: &str = "x-context-id";
 
 /// Retrieval placeholder → its fragments (dry run, traces), as the service builds them.
 pub type Retrievals<T = Value> = Described<BTreeMap<String, Vec<Fragment>>, T>;
@@ -287,10 +304,35 @@ impl<'a> ApiExtractor<'a> for DryRunHeaders {
     }
 }
 
-/// The headers of an execution: `x-pipeline-id` and `x-llm-id`.
+/// The headers of an execution: `x-pipeline-id` and `x-llm-id`, and with the extension
+/// `conversations` `x-context-id`, a context of the caller's.
 pub struct ExecuteHeaders {
     pipeline_id: Uuid,
     llm_id: Uuid,
+    context_id: Option<Uuid>,
+}
+
+/// The context of `x-context-id` when the extension `conversations` is on (the header is
+/// ignored otherwise): not a UUID is 400 `Invalid context ID`, a context the calling key does
+/// not own 404 `Context not found`, both before the body is read.
+async fn execution_context(request: &Request) -> poem::Result<Option<Uuid>> {
+    let state = state(request)?;
+    if !state.config.extensions.has(Extension::Conversations) {
+        return Ok(None);
+    }
+    let Some(raw) = request.headers().get(CONTEXT_HEADER) else {
+        return Ok(None);
+    };
+    let id = raw
+        .to_str()
+        .ok()
+        .and_then(|raw| Uuid::parse_str(raw).ok())
+        .ok_or_else(|| ApiError::InvalidHeaderId("Invalid context ID".to_owned()))?;
+    // The key check (the `Auth` argument, extracted before these headers) has verified the
+    // key these credentials name.
+    let key_id = credentials(request.headers())?.key_id;
+    contexts::get_of_key(&state.pool, key_id, id).await?;
+    Ok(Some(id))
 }
 
 impl<'a> ApiExtractor<'a> for ExecuteHeaders {
@@ -305,9 +347,12 @@ impl<'a> ApiExtractor<'a> for ExecuteHeaders {
     ) -> poem::Result<Self> {
         let pipeline = required_header(request, "x-pipeline-id")?;
         let llm = required_header(request, "x-llm-id")?;
+        let pipeline_id = header_id(pipeline, "Invalid pipeline ID")?;
+        let llm_id = header_id(llm, "Invalid LLM ID")?;
         Ok(Self {
-            pipeline_id: header_id(pipeline, "Invalid pipeline ID")?,
-            llm_id: header_id(llm, "Invalid LLM ID")?,
+            pipeline_id,
+            llm_id,
+            context_id: execution_context(request).await?,
         })
     }
 }
@@ -487,6 +532,7 @@ impl AgentsApi {
             llm_id: headers.llm_id,
             tracing: body.tracing.unwrap_or(false),
             whole_answer: mode == StreamMode::Plain,
+            context_id: headers.context_id,
         };
         let input = body.retrieval_input();
         let answer = async {

@@ -67,6 +67,7 @@ fn describe(document: &mut Value, extension: Extension) {
         Extension::Hybrid => describe_hybrid(document),
         Extension::Conversations => {
             add_operations(document, &super::contexts::openapi_document());
+            describe_memory(document);
         }
     }
 }
@@ -232,6 +233,36 @@ fn describe_hybrid(document: &mut Value) {
     );
 }
 
+/// The schemas of the interface that [`describe_memory`] describes further.
+const MEMORY_SCHEMAS: [&str; 2] = ["PlaceholderTypeName", "PlaceholderParams"];
+
+/// `history` placeholders and executions with a context (`x-context-id`).
+fn describe_memory(document: &mut Value) {
+    if let Some(Value::Array(parameters)) =
+        document.pointer_mut("/paths/~1agents~1{agent_id}~1execute/post/parameters")
+    {
+        parameters.push(json!({
+            "name": super::agents::CONTEXT_HEADER,
+            "in": "header",
+            "required": false,
+            "deprecated": false,
+            "explode": true,
+            "description": "Extension `conversations`: a context of the calling key (else 404                             `Context not found`; not a UUID: 400 `Invalid context ID`). Its most                             recent messages fill the `history` placeholder, and once the answer                             is complete the user's turn and the answer are appended to it.",
+            "schema": {"type": "string", "format": "uuid"},
+        }));
+    }
+    describe_schema(
+        document,
+        MEMORY_SCHEMAS[0],
+        "With the extension `conversations`, `history` placeholders (at most one per agent)          hold the most recent messages of the execution's context (`x-context-id`; none          without): a message whose template is only `{history}` becomes those messages, one          per message with its role; elsewhere `{history}` becomes `role: content` lines.",
+    );
+    describe_schema(
+        document,
+        MEMORY_SCHEMAS[1],
+        "Extension `conversations`, `history` placeholders: only `k`, how many of the most          recent messages (1 to 1000, default 10).",
+    );
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
@@ -310,10 +341,31 @@ mod tests {
             assert!(off.pointer(&pointer).is_none(), "{schema}");
             assert!(on.pointer(&pointer).is_some(), "{schema}");
         }
-        // Every schema of the interface is kept as it was.
+        // Every schema of the interface is kept as it was, but those `history` placeholders
+        // change, which say so.
         for (name, schema) in off["components"]["schemas"].as_object().unwrap() {
-            assert_eq!(&on["components"]["schemas"][name], schema, "{name}");
+            if MEMORY_SCHEMAS.contains(&name.as_str()) {
+                let description = on["components"]["schemas"][name]["description"].as_str();
+                assert!(
+                    description.unwrap().contains("Extension `conversations`")
+                        || description.unwrap().contains("extension `conversations`"),
+                    "{name}"
+                );
+            } else {
+                assert_eq!(&on["components"]["schemas"][name], schema, "{name}");
+            }
         }
+        let execute = "/paths/~1agents~1{agent_id}~1execute/post/parameters";
+        let header = |document: &Value| {
+            document
+                .pointer(execute)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|parameter| parameter["name"] == "x-context-id" && parameter["in"] == "header")
+        };
+        assert!(header(&on) && !header(&off));
         let tags: Vec<&str> = on["tags"]
             .as_array()
             .unwrap()

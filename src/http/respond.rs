@@ -13,7 +13,7 @@ use poem_openapi::registry::{
     MetaMediaType, MetaResponse, MetaResponses, MetaSchema, MetaSchemaRef, Registry,
 };
 use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
@@ -386,6 +386,12 @@ impl<S, T> Described<S, T> {
 impl<S, T: Serialize> Serialize for Described<S, T> {
     fn serialize<Ser: serde::Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
         self.value.serialize(s)
+    }
+}
+
+impl<'de, S, T: Deserialize<'de>> Deserialize<'de> for Described<S, T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(Self::new)
     }
 }
 

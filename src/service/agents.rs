@@ -12,6 +12,7 @@ use trove_query::filter::Filter;
 use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
+use super::contexts::{self, Exchange};
 use super::search::{self as search_service, QueryVector, SearchInput};
 use crate::access::{AccessLevel, ObjectType};
 use crate::agents::definition::{
@@ -21,6 +22,7 @@ pub use crate::agents::trace::Trace;
 use crate::agents::trace::{self, AnswerRecorder, TraceIds};
 use crate::auth::AuthContext;
 use crate::auth::license::check_license;
+use crate::crypto::at_rest::Cipher;
 use crate::error::{ApiError, ApiResult};
 use crate::providers::llm::{ChatEvent, ChatMessage, ChatStream, collect};
 use crate::retrieval::kinds::DistanceStrategy;
@@ -394,6 +396,10 @@ pub struct ExecuteOptions {
     /// The client wants the whole answer at once: it is read here, so any failure is 500
     /// `Stream error` and no trace is written for it.
     pub whole_answer: bool,
+    /// The context of the caller's (header `x-context-id`, extension `conversations`, already
+    /// found to be the caller's): its messages fill the `history` placeholder and the
+    /// exchange is appended to it once the answer is complete.
+    pub context_id: Option<Uuid>,
 }
 
 /// A started execution: the answer's events (the head was received) and the trace id.
@@ -420,8 +426,33 @@ pub async fn execute(
         .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
     let llm = super::llms::ready(&state.cipher, stored_llm)?;
     let results = retrieve(state, auth, pipeline_id, &context, &definition, &input).await?;
+    let history = match options.context_id {
+        Some(id) if definition.history_len() > 0 => {
+            contexts::history(
+                &state.pool,
+                &state.cipher,
+                auth,
+                id,
+                definition.history_len(),
+            )
+            .await?
+        }
+        _ => Vec::new(),
+    };
+    let execution_id = Uuid::new_v4();
+    let memory = options.context_id.map(|id| Memory {
+        pool: state.pool.clone(),
+        cipher: state.cipher.clone(),
+        key_id: auth.key_id,
+        context_id: id,
+        exchange: Exchange {
+            execution_id,
+            user: definition.user_turn(&input.variables),
+            answer: String::new(),
+        },
+    });
 
-    let rendered = render(&definition, input.variables, &results)?;
+    let rendered = render(&definition, input.variables, &results, &history)?;
     let messages: Vec<ChatMessage> = rendered
         .iter()
         .map(|m| ChatMessage {
@@ -429,10 +460,13 @@ pub async fn execute(
             content: m.content.clone(),
         })
         .collect();
-    let events = super::llms::chat(state, &llm, &messages, Map::new()).await?;
+    let mut events = super::llms::chat(state, &llm, &messages, Map::new()).await?;
+    if let Some(memory) = memory {
+        events = memory.remember(events);
+    }
     let trace = options.tracing.then(|| Traced {
         ids: TraceIds {
-            id: Uuid::new_v4(),
+            id: execution_id,
             api_key_id: auth.key_id,
             agent_id,
             pipeline_id,
@@ -450,6 +484,7 @@ fn render(
     definition: &AgentDefinition,
     mut values: HashMap<String, String>,
     results: &[(String, Vec<Value>)],
+    history: &[RenderedMessage],
 ) -> ApiResult<Vec<RenderedMessage>> {
     for (name, hits) in results {
         let texts: Vec<&str> = hits
@@ -458,12 +493,69 @@ fn render(
             .collect();
         values.insert(name.clone(), texts.join("\n\n"));
     }
-    definition.render_messages(&values).map_err(|unfilled| {
-        ApiError::InvalidParameter(format!(
-            "Prompts contain unfilled placeholders: {}",
-            unfilled.names.join(", ")
-        ))
-    })
+    definition
+        .render_messages(&values, history)
+        .map_err(|unfilled| {
+            ApiError::InvalidParameter(format!(
+                "Prompts contain unfilled placeholders: {}",
+                unfilled.names.join(", ")
+            ))
+        })
+}
+
+/// The exchange of an execution with a context, appended once the answer is complete.
+struct Memory {
+    pool: Pool,
+    cipher: Cipher,
+    key_id: Uuid,
+    context_id: Uuid,
+    /// The answer is gathered here as it streams.
+    exchange: Exchange,
+}
+
+impl Memory {
+    /// `events`, with the exchange appended to the context before the final event is passed
+    /// on. An answer that fails, or is dropped before its final event (the client left),
+    /// appends nothing.
+    fn remember(self, events: ChatStream) -> ChatStream {
+        futures_util::stream::unfold(Some((events, self)), |state| async move {
+            let (mut events, mut memory) = state?;
+            match events.next().await {
+                Some(Ok(ChatEvent::Delta(text))) => {
+                    memory.exchange.answer.push_str(&text);
+                    Some((Ok(ChatEvent::Delta(text)), Some((events, memory))))
+                }
+                Some(Ok(done @ ChatEvent::Done { .. })) => {
+                    memory.append().await;
+                    Some((Ok(done), None))
+                }
+                Some(Err(error)) => Some((Err(error), None)),
+                None => None,
+            }
+        })
+        .boxed()
+    }
+
+    /// Appends the exchange; a failure is logged, since the answer has been given.
+    async fn append(&self) {
+        let appended = contexts::append_exchange(
+            &self.pool,
+            &self.cipher,
+            self.key_id,
+            self.context_id,
+            &self.exchange,
+        )
+        .await;
+        match appended {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(context_id = %self.context_id, "context gone before the exchange was appended");
+            }
+            Err(error) => {
+                tracing::warn!(%error, context_id = %self.context_id, "could not append the exchange to the context");
+            }
+        }
+    }
 }
 
 /// What a traced execution records before its answer.

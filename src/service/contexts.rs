@@ -14,7 +14,7 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
 use uuid::Uuid;
 
 use super::{Change, Envelope, validate_name};
-use crate::agents::definition::Role;
+use crate::agents::definition::{RenderedMessage, Role};
 use crate::auth::AuthContext;
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
@@ -135,7 +135,12 @@ pub async fn create(
 
 /// A context of the calling key; any other is not found.
 pub async fn get(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<ContextRow> {
-    store::get(pool, id, auth.key_id)
+    get_of_key(pool, auth.key_id, id).await
+}
+
+/// A context of the key `key_id` (already verified); any other is not found.
+pub async fn get_of_key(pool: &Pool, key_id: Uuid, id: Uuid) -> ApiResult<ContextRow> {
+    store::get(pool, id, key_id)
         .await?
         .ok_or_else(|| not_found(id))
 }
@@ -254,6 +259,63 @@ pub async fn add_message(
         execution_id: row.execution_id,
         created_at: row.created_at,
     })
+}
+
+/// The `k` most recent messages of a context of the calling key, oldest first, as an agent
+/// renders them (none when the context is gone).
+pub async fn history(
+    pool: &Pool,
+    cipher: &Cipher,
+    auth: &AuthContext,
+    id: Uuid,
+    k: u32,
+) -> ApiResult<Vec<RenderedMessage>> {
+    let rows = store::recent_messages(pool, id, auth.key_id, u64::from(k)).await?;
+    rows.into_iter()
+        .map(|row| {
+            let message = decrypted(cipher, row)?;
+            Ok(RenderedMessage {
+                role: message.role,
+                content: message.content,
+            })
+        })
+        .collect()
+}
+
+/// One exchange of an agent execution: the user's turn and the model's complete answer.
+pub struct Exchange {
+    pub execution_id: Uuid,
+    pub user: String,
+    pub answer: String,
+}
+
+/// Appends an exchange to a context of the calling key, both messages with the execution's
+/// id, and moves the context's `updated_at`, in one transaction. A context deleted meanwhile
+/// gets nothing, without error; whether the exchange was stored.
+pub async fn append_exchange(
+    pool: &Pool,
+    cipher: &Cipher,
+    key_id: Uuid,
+    id: Uuid,
+    exchange: &Exchange,
+) -> ApiResult<bool> {
+    let user = cipher.encrypt(exchange.user.as_bytes());
+    let answer = cipher.encrypt(exchange.answer.as_bytes());
+    let messages = [
+        store::NewMessage {
+            id: Uuid::now_v7(),
+            role: Role::User.as_str(),
+            content: &user,
+        },
+        store::NewMessage {
+            id: Uuid::now_v7(),
+            role: Role::Assistant.as_str(),
+            content: &answer,
+        },
+    ];
+    let stored =
+        store::insert_messages(pool, id, key_id, &messages, Some(exchange.execution_id)).await?;
+    Ok(stored.is_some())
 }
 
 /// Deletes a message of a context of the calling key; the context's `updated_at` moves.

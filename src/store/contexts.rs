@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::NotSet;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryTrait,
-    Set, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, QueryTrait, Set, TransactionTrait,
 };
 use sea_query::{Expr, ExprTrait, SelectStatement};
 use serde::Serialize;
@@ -180,23 +180,69 @@ pub async fn insert_message(
     owner: Uuid,
     message: &NewMessage<'_>,
 ) -> Result<Option<MessageRow>, DbErr> {
+    let rows = insert_messages(db, context_id, owner, std::slice::from_ref(message), None).await?;
+    Ok(rows.and_then(|rows| rows.into_iter().next()))
+}
+
+/// Adds messages, in order, to a context of `owner` with `execution_id`, and moves the
+/// context's `updated_at`, in one transaction; `None` (nothing added) when `owner` has no
+/// such context, for instance because it was deleted meanwhile. The messages share the
+/// transaction's time; their ids (time-ordered) keep their order.
+pub async fn insert_messages(
+    db: &Pool,
+    context_id: Uuid,
+    owner: Uuid,
+    messages: &[NewMessage<'_>],
+    execution_id: Option<Uuid>,
+) -> Result<Option<Vec<MessageRow>>, DbErr> {
     let txn = db.orm().begin().await?;
     if !touch(&txn, context_id, owner).await? {
         txn.rollback().await?;
         return Ok(None);
     }
-    let row = context_message::ActiveModel {
-        id: Set(message.id),
-        context_id: Set(context_id),
-        role: Set(message.role.to_owned()),
-        content: Set(message.content.to_vec()),
-        execution_id: Set(None),
-        created_at: NotSet,
+    let mut rows = Vec::with_capacity(messages.len());
+    for message in messages {
+        let row = context_message::ActiveModel {
+            id: Set(message.id),
+            context_id: Set(context_id),
+            role: Set(message.role.to_owned()),
+            content: Set(message.content.to_vec()),
+            execution_id: Set(execution_id),
+            created_at: NotSet,
+        }
+        .insert(&txn)
+        .await?;
+        rows.push(row.into());
     }
-    .insert(&txn)
-    .await?;
     txn.commit().await?;
-    Ok(Some(row.into()))
+    Ok(Some(rows))
+}
+
+/// The `limit` most recent messages of a context of `owner`, oldest first (the list's
+/// order); none when `owner` has no such context.
+pub async fn recent_messages(
+    db: &Pool,
+    context_id: Uuid,
+    owner: Uuid,
+    limit: u64,
+) -> Result<Vec<MessageRow>, DbErr> {
+    let owned_context = context::Entity::find()
+        .select_only()
+        .column(context::Column::Id)
+        .filter(owned(context_id, owner))
+        .into_query();
+    let mut rows: Vec<MessageRow> = context_message::Entity::find()
+        .filter(context_message::Column::ContextId.in_subquery(owned_context))
+        .order_by_desc(context_message::Column::CreatedAt)
+        .order_by_desc(context_message::Column::Id)
+        .limit(limit)
+        .all(db.orm())
+        .await?
+        .into_iter()
+        .map(MessageRow::from)
+        .collect();
+    rows.reverse();
+    Ok(rows)
 }
 
 /// Deletes a message of a context of `owner` and moves the context's `updated_at`, in one

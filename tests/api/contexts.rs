@@ -214,10 +214,25 @@ async fn with_the_extension_on_the_document_and_the_references_describe_contexts
             assert_eq!(operation["tags"], json!(["Conversations"]));
         }
     }
-    // The interface's paths are all there, as they were.
+    // The interface's paths are all there, as they were, but for the header of an execution's
+    // context added to the execution.
+    let execute = "/agents/{agent_id}/execute";
     for (path, operations) in interface["paths"].as_object().expect("paths") {
-        assert_eq!(&document["paths"][path], operations, "{path}");
+        if path != execute {
+            assert_eq!(&document["paths"][path], operations, "{path}");
+        }
     }
+    let mut operation = document["paths"][execute]["post"].clone();
+    let added = operation["parameters"]
+        .as_array_mut()
+        .expect("parameters")
+        .pop()
+        .expect("a parameter");
+    assert_eq!(
+        (&added["name"], &added["in"]),
+        (&json!("x-context-id"), &json!("header"))
+    );
+    assert_eq!(operation, interface["paths"][execute]["post"]);
     assert_eq!(
         document["components"]["schemas"]["ContextMessage"]["properties"]["role"]["$ref"],
         "#/components/schemas/RoleName"

@@ -11,6 +11,7 @@ mod agents;
 mod api_keys;
 mod auth;
 mod contexts;
+mod conversations;
 mod core;
 mod deferred_index;
 mod docs;
