@@ -60,15 +60,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use trove::config::{Config, QueueNames};
-use trove::startup::Application;
-use trove::state::AppState;
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use common::app::{self, Http};
+use common::app::{self, Http, Running};
 use common::measure::{load_average, pct, wait_quiet};
 
 const PAGES: &str = "benches/quality/pages.txt";
@@ -393,26 +388,13 @@ fn questions(pages: &[String]) -> Vec<Question> {
 
 // ---- Trove -------------------------------------------------------------------------------
 
-/// Trove in this process and what it runs on.
-struct Trove {
-    state: AppState,
-    http: Http,
-    url: String,
-    database: String,
-    admin: PgConnection,
-    nats: String,
-    stream: String,
-    stop: oneshot::Sender<()>,
-    server: JoinHandle<std::io::Result<()>>,
-}
-
-/// Starts Trove (API and worker) on a new database, or on the kept database `existing` with
-/// the master key its installation recorded.
-async fn start(admin: &str, nats: &str, existing: Option<&str>) -> Trove {
+/// Starts Trove (API and worker, extension `hybrid`) on a new database, or on the kept
+/// database `existing` with the master key its installation recorded.
+async fn start(admin: &str, nats: &str, existing: Option<&str>) -> Running {
     let models = std::env::var("TROVE_MODELS_DIR").unwrap_or_else(|_| {
         fail("TROVE_MODELS_DIR is not set: the corpus is embedded with the local all-MiniLM-L6-v2 (TROVE_MODELS_DIR=.data/models)")
     });
-    let (database, url, admin_conn, master) = match existing {
+    let database = match existing {
         Some(database) => {
             let admin_conn = PgConnection::connect(admin).await.expect("database server");
             let root = admin.rsplit_once('/').map_or(admin, |(r, _)| r);
@@ -425,102 +407,29 @@ async fn start(admin: &str, nats: &str, existing: Option<&str>) -> Trove {
                 .await
                 .unwrap_or_else(|e| fail(&format!("database {database}: no installation ({e})")));
             db.close().await.ok();
-            (database.to_owned(), url, admin_conn, master)
+            app::Database {
+                name: database.to_owned(),
+                url,
+                admin: admin_conn,
+                master,
+            }
         }
         None => {
-            let (database, url, admin_conn) = app::create_database(admin).await;
-            (database, url, admin_conn, Uuid::new_v4())
+            let (name, url, admin) = app::create_database(admin).await;
+            app::Database {
+                name,
+                url,
+                admin,
+                master: Uuid::new_v4(),
+            }
         }
     };
-    let env = HashMap::from([
-        ("TROVE_DATABASE_URL", url.clone()),
-        ("TROVE_NATS_URL", nats.to_owned()),
-        ("TROVE_LISTEN", "127.0.0.1:0".to_owned()),
-        ("TROVE_MASTER_KEY_ID", master.to_string()),
-        ("TROVE_MASTER_KEY_SECRET", app::SECRET.to_owned()),
-        ("TROVE_SECRET", TROVE_SECRET.to_owned()),
-        ("TROVE_WORKER", "true".to_owned()),
-        ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
-        ("TROVE_LOG", "warn".to_owned()),
-        ("TROVE_EXTENSIONS", "hybrid".to_owned()),
-        ("TROVE_MODELS_DIR", models),
-    ]);
-    let mut config = Config::from_lookup(|k| {
-        env.get(k).cloned().or_else(|| {
-            (k.starts_with("TROVE_HNSW_")
-                || k == "TROVE_WORKER_CONCURRENCY"
-                || k == "TROVE_EMBED_THREADS")
-                .then(|| std::env::var(k).ok())?
-        })
-    })
-    .expect("config");
-    let tag = Uuid::new_v4().simple().to_string();
-    let stream = format!("BENCH_{tag}");
-    config.queue = QueueNames {
-        stream: stream.clone(),
-        subject_prefix: format!("bench.{tag}"),
-        consumer: format!("bench-{tag}"),
-        ..QueueNames::default()
-    };
-    let app = Application::build(config).await.expect("trove starts");
-    let state = app.state().clone();
-    let base = format!("http://{}", app.local_addr());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
-    Trove {
-        state,
-        http: Http {
-            client: reqwest::Client::new(),
-            base,
-            key: master.to_string(),
-        },
-        url,
-        database,
-        admin: admin_conn,
-        nats: nats.to_owned(),
-        stream,
-        stop,
-        server,
-    }
-}
-
-impl Trove {
-    /// Stops the server, deletes its stream and drops its database (unless `keep`).
-    async fn stop(self, keep: bool) {
-        let Self {
-            state,
-            database,
-            mut admin,
-            nats,
-            stream,
-            stop,
-            server,
-            ..
-        } = self;
-        let _ = stop.send(());
-        let _ = server.await;
-        state.pool.close().await;
-        drop(state);
-        if let Ok(client) = async_nats::connect(nats).await {
-            let _ = async_nats::jetstream::new(client)
-                .delete_stream(&stream)
-                .await;
-        }
-        if keep {
-            println!(
-                "kept database {database}: search it again with `cargo bench --bench quality -- --database={database}`"
-            );
-        } else {
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
-            )))
-            .execute(&mut admin)
-            .await
-            .ok();
-        }
-    }
+    let variables = [
+        ("TROVE_SECRET", TROVE_SECRET),
+        ("TROVE_EXTENSIONS", "hybrid"),
+        ("TROVE_MODELS_DIR", models.as_str()),
+    ];
+    app::start_on(database, nats, true, &variables).await
 }
 
 /// The seeded `default` model, which must be the local all-MiniLM-L6-v2.
@@ -1152,5 +1061,10 @@ async fn main() {
         format_args!("{:.0} s", started.elapsed().as_secs_f64()),
         options.command()
     );
-    trove.stop(options.keep || options.database.is_some()).await;
+    let keep = options.keep || options.database.is_some();
+    let database = trove.database.clone();
+    trove.stop(keep).await;
+    if keep {
+        println!("search it again with `cargo bench --bench quality -- --database={database}`");
+    }
 }

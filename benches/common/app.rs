@@ -72,8 +72,8 @@ pub async fn create_database(admin: &str) -> (String, String, PgConnection) {
 }
 
 /// Creates a database and starts Trove on it (API, and the worker when `worker`), with the
-/// HNSW parameters (`TROVE_HNSW_*`) and the worker concurrency (`TROVE_WORKER_CONCURRENCY`) of
-/// the environment as the service reads them.
+/// HNSW parameters (`TROVE_HNSW_*`), the worker concurrency (`TROVE_WORKER_CONCURRENCY`) and
+/// the embedding threads (`TROVE_EMBED_THREADS`) of the environment as the service reads them.
 pub async fn start(admin: &str, nats: &str, worker: bool) -> Running {
     start_with(admin, nats, worker, &[]).await
 }
@@ -85,8 +85,38 @@ pub async fn start_with(
     worker: bool,
     variables: &[(&'static str, &str)],
 ) -> Running {
-    let (database, url, admin_conn) = create_database(admin).await;
-    let master = Uuid::new_v4();
+    let (database, url, admin) = create_database(admin).await;
+    let database = Database {
+        name: database,
+        url,
+        admin,
+        master: Uuid::new_v4(),
+    };
+    start_on(database, nats, worker, variables).await
+}
+
+/// A database Trove runs on: its name and URL, the connection to the server that drops it, and
+/// the master key id its installation has or will record.
+pub struct Database {
+    pub name: String,
+    pub url: String,
+    pub admin: PgConnection,
+    pub master: Uuid,
+}
+
+/// Starts Trove on `database` as [`start_with`] does.
+pub async fn start_on(
+    database: Database,
+    nats: &str,
+    worker: bool,
+    variables: &[(&'static str, &str)],
+) -> Running {
+    let Database {
+        name: database,
+        url,
+        admin: admin_conn,
+        master,
+    } = database;
     let mut env = HashMap::from([
         ("TROVE_DATABASE_URL", url.clone()),
         ("TROVE_NATS_URL", nats.to_owned()),
@@ -104,7 +134,9 @@ pub async fn start_with(
     env.extend(variables.iter().map(|(k, v)| (*k, (*v).to_owned())));
     let mut config = Config::from_lookup(|k| {
         env.get(k).cloned().or_else(|| {
-            (k.starts_with("TROVE_HNSW_") || k == "TROVE_WORKER_CONCURRENCY")
+            (k.starts_with("TROVE_HNSW_")
+                || k == "TROVE_WORKER_CONCURRENCY"
+                || k == "TROVE_EMBED_THREADS")
                 .then(|| std::env::var(k).ok())?
         })
     })
