@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! WITH vec AS (<nearest candidates: id, score>),                  -- the query vector is $1
-//!      <the lexical list: terms, lexh, lexn, lexw and lex (id, score); see lexical_ctes>,
+//!      <the lexical list: terms, lexn, lexw, lexh, lexs, lextf and lex (id, score); see lexical_ctes>,
 //!      vr  AS (SELECT id, row_number() OVER (ORDER BY score, id) AS r FROM vec),
 //!      lr  AS (SELECT id, row_number() OVER (ORDER BY score DESC, id) AS r FROM lex),
 //!      fused AS (SELECT coalesce(vr.id, lr.id) AS id, vr.r AS similarity_rank,
@@ -70,12 +70,13 @@ pub const BM25_B: f64 = 0.75;
 /// fragments (`id`, `score`), best first by BM25 score, then id:
 ///
 /// ```text
-/// terms AS (<the query's words: lexeme, q (the lexeme as a tsquery)>),
-/// lexh AS MATERIALIZED (SELECT terms.lexeme, f.id, f.dl
-///                       FROM terms, LATERAL (<the scope's fragments holding terms.q:
-///                                              id, octet_length(content) AS dl>) f),
-/// lexn AS (<n: the fragments holding any word, avgdl: their average length>),
-/// lexw AS (<each word's weight: ln(1 + (n − df + 0.5) / (df + 0.5))>),
+/// terms AS (<the query's words: lexeme, q (the lexeme as a tsquery), df>),
+/// lexn AS (<n: the pipeline's fragments with a full-text vector, avgdl: their average length>),
+/// lexw AS (<each word's weight: ln(1 + (n − df + 0.5) / (df + 0.5)), and whether it is read>),
+/// lexh AS MATERIALIZED (SELECT lexw.lexeme, f.id, f.dl
+///                       FROM lexw, LATERAL (<the scope's fragments holding lexw.q:
+///                                            id, octet_length(content) AS dl>) f
+///                       WHERE lexw.read),
 /// lexs AS (<the shortlist: the first of lexh by Σ weight × (k1 + 1) / (1 + k1 × norm(dl))>),
 /// lextf AS (<the shortlist's words with their frequencies tf, from each one's tsv>),
 /// lex AS (SELECT id, Σ weight × tf × (k1 + 1) / (tf + k1 × norm(dl)) AS score … LIMIT fetch)
@@ -85,18 +86,23 @@ pub const BM25_B: f64 = 0.75;
 /// (stemmed, stop words left out) and, for fragments indexed under another configuration, its
 /// words as written (`simple`) that `config` does not treat as stop words.
 ///
-/// The word statistics are those of the scope, so always current: `df` counts the fragments of
-/// the scope holding the word, `n` those holding any word of the query, a fragment's length
-/// `dl` is the size of its stored text (read from the row's header, not the text) and `avgdl`
-/// the average over the `n`. The rarer a word in what the search can reach, the more it
-/// weighs.
+/// The word statistics are the pipeline's, kept in `word_counts` as its fragments are written
+/// (see the migration that creates it): `df` counts the pipeline's current fragments holding
+/// the word, `n` all of them, a fragment's length `dl` is the size of its stored text and
+/// `avgdl` the average. A word none of them holds is left out.
 ///
-/// Two steps, because each word's fragments come from the full-text index alone while a word's
-/// frequency in a fragment is in the fragment's full-text vector, stored out of line: reading
-/// it for every fragment found would decompress thousands of vectors for a question of common
-/// words. The first step ranks the fragments found with each word counted once and keeps
-/// [`SHORTLIST_FACTOR`] × `fetch` of them (at least [`SHORTLIST_MIN`]); the second reads
-/// their vectors once each and ranks them by BM25.
+/// A word's fragments come from the full-text index, but reading each costs about a
+/// microsecond, and a word held by most of the pipeline weighs almost nothing. So the words
+/// are read from the rarest up while their fragments together stay within [`READ_BUDGET`] (the
+/// rarest always); the others count only for the fragments found through the rarer ones, in
+/// the second step below. A fragment holding none of the words read is not in the list.
+///
+/// Two steps, because a word's frequency in a fragment is in the fragment's full-text vector,
+/// stored out of line. The first step ranks the fragments found with each word read counted
+/// once and keeps [`SHORTLIST_FACTOR`] × `fetch` of them (at least [`SHORTLIST_MIN`]); the
+/// second reads their vectors once each and ranks them by BM25 over every word of the query.
+/// Both scores are rounded to 9 decimals, so that fragments of equal scores are ordered by id
+/// whatever order the sums took their terms in.
 pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTableExpression> {
     let unnest = |vector: Expr| Func::cust("unnest").arg(vector);
     let mut words = Query::select();
@@ -126,16 +132,69 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
                 ))
                 .to_owned(),
         );
+    // The sum of a word's rows of `word_counts` in the pipeline (`''`: every fragment).
+    let counts = |word: Expr, column: &str| {
+        Query::select()
+            .expr_as(
+                Expr::cust(format!(
+                    r#"sum("word_counts"."{column}")::double precision"#
+                )),
+                Alias::new(column),
+            )
+            .from(Alias::new("word_counts"))
+            .and_where(
+                Expr::col((Alias::new("word_counts"), Alias::new("pipeline_id")))
+                    .eq(scope.pipeline_id),
+            )
+            .and_where(Expr::col((Alias::new("word_counts"), Alias::new("word"))).eq(word))
+            .to_owned()
+    };
     // A lexeme as a tsquery of that lexeme alone: quoted, its quotes and backslashes escaped.
     let terms = Query::select()
-        .column(Alias::new("lexeme"))
+        .column((Alias::new("words"), Alias::new("lexeme")))
         .expr_as(
             Expr::cust(
-                r#"('''' || replace(replace("lexeme", '\', '\\'), '''', '''''') || '''')::tsquery"#,
+                r#"('''' || replace(replace("words"."lexeme", '\', '\\'), '''', '''''') || '''')::tsquery"#,
             ),
             Alias::new("q"),
         )
+        .column((Alias::new("s"), Alias::new("fragments")))
         .from_subquery(words, Alias::new("words"))
+        .join_lateral(
+            JoinType::InnerJoin,
+            counts(Expr::col((Alias::new("words"), Alias::new("lexeme"))), "fragments"),
+            Alias::new("s"),
+            Expr::cust(r#""s"."fragments" > 0"#),
+        )
+        .to_owned();
+    let totals = counts(Expr::val(""), "fragments")
+        .expr_as(
+            Expr::cust(
+                r#"sum("word_counts"."length")::double precision / nullif(sum("word_counts"."fragments"), 0)"#,
+            ),
+            Alias::new("avgdl"),
+        )
+        .to_owned();
+    let weights = Query::select()
+        .columns([
+            (Alias::new("terms"), Alias::new("lexeme")),
+            (Alias::new("terms"), Alias::new("q")),
+        ])
+        .expr_as(
+            Expr::cust(
+                r#"ln(1 + ("lexn"."fragments" - "terms"."fragments" + 0.5) / ("terms"."fragments" + 0.5))"#,
+            ),
+            Alias::new("w"),
+        )
+        .expr_as(
+            Expr::cust_with_values(
+                r#"row_number() OVER (ORDER BY "terms"."fragments", "terms"."lexeme") = 1 OR sum("terms"."fragments") OVER (ORDER BY "terms"."fragments", "terms"."lexeme") <= $1"#,
+                [READ_BUDGET as f64],
+            ),
+            Alias::new("read"),
+        )
+        .from(Alias::new("terms"))
+        .cross_join(Alias::new("lexn"))
         .to_owned();
 
     let mut holding = scoped_select(scope);
@@ -146,41 +205,18 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
             Expr::cust(r#"octet_length("fragments"."content")::double precision"#),
             Alias::new("dl"),
         )
-        .and_where(Expr::cust(r#""fragments"."tsv" @@ "terms"."q""#));
+        .and_where(Expr::cust(r#""fragments"."tsv" @@ "lexw"."q""#));
     let f = Alias::new("f");
     let hits = Query::select()
-        .column((Alias::new("terms"), Alias::new("lexeme")))
+        .column((Alias::new("lexw"), Alias::new("lexeme")))
         .columns([(f.clone(), Alias::new("id")), (f.clone(), Alias::new("dl"))])
-        .from(Alias::new("terms"))
+        .from(Alias::new("lexw"))
         .join_lateral(JoinType::InnerJoin, holding, f, Expr::cust("true"))
-        .to_owned();
-
-    let totals = Query::select()
-        .expr_as(Expr::cust("count(*)::double precision"), Alias::new("n"))
-        .expr_as(Expr::cust(r#"avg("dl")"#), Alias::new("avgdl"))
-        .from_subquery(
-            Query::select()
-                .distinct()
-                .columns([Alias::new("id"), Alias::new("dl")])
-                .from(Alias::new("lexh"))
-                .to_owned(),
-            Alias::new("found"),
-        )
-        .to_owned();
-    let weights = Query::select()
-        .column((Alias::new("lexh"), Alias::new("lexeme")))
-        .expr_as(
-            Expr::cust(r#"ln(1 + ("lexn"."n" - count(*) + 0.5) / (count(*) + 0.5))"#),
-            Alias::new("w"),
-        )
-        .from(Alias::new("lexh"))
-        .from(Alias::new("lexn"))
-        .group_by_col((Alias::new("lexh"), Alias::new("lexeme")))
-        .group_by_col((Alias::new("lexn"), Alias::new("n")))
+        .and_where(Expr::cust(r#""lexw"."read""#))
         .to_owned();
     // First the shortlist by the words a fragment holds, each counted once.
     let held = Expr::cust_with_values(
-        r#"sum("lexw"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * "lexh"."dl" / "lexn"."avgdl"))"#,
+        r#"round((sum("lexw"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * "lexh"."dl" / "lexn"."avgdl")))::numeric, 9)"#,
         [BM25_K1, BM25_K1, BM25_B, BM25_B],
     );
     let shortlist = Query::select()
@@ -230,7 +266,7 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         )
         .to_owned();
     let score = Expr::cust_with_values(
-        r#"sum("lexw"."w" * "lextf"."tf" * ($1 + 1) / ("lextf"."tf" + $2 * (1 - $3 + $4 * "lextf"."dl" / "lexn"."avgdl")))"#,
+        r#"round(sum("lexw"."w" * "lextf"."tf" * ($1 + 1) / ("lextf"."tf" + $2 * (1 - $3 + $4 * "lextf"."dl" / "lexn"."avgdl")))::numeric, 9)::double precision"#,
         [BM25_K1, BM25_K1, BM25_B, BM25_B],
     );
     let list = Query::select()
@@ -253,9 +289,9 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
     lexh.materialized(true);
     vec![
         cte("terms", terms),
-        lexh,
         cte("lexn", totals),
         cte("lexw", weights),
+        lexh,
         cte("lexs", shortlist),
         cte("lextf", frequencies),
         cte("lex", list),
@@ -272,6 +308,10 @@ fn shortlist_len(fetch: u64) -> u64 {
 pub const SHORTLIST_FACTOR: u64 = 4;
 /// …and never fewer than this.
 pub const SHORTLIST_MIN: u64 = 100;
+
+/// The fragments the words read through the full-text index may hold together: see
+/// [`lexical_ctes`].
+pub const READ_BUDGET: u64 = 5_000;
 
 /// The lexical list on its own: its fragments' ids, best first.
 pub fn lexical_candidates(scope: &Scope<'_>, lexical: &Lexical<'_>) -> WithQuery {

@@ -43,6 +43,7 @@ use crate::store::ingestion::{
     self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob,
     VectorTable,
 };
+use crate::store::words;
 use crate::store::{DatabaseError, Pool, vectors};
 
 /// Jobs fetched at most per batch (interface: up to 100).
@@ -669,6 +670,10 @@ impl Worker {
         {
             // The group is stored; its rows only wait for a search to record their commit.
             tracing::warn!(%error, %pipeline_id, "reading a stored group back failed");
+        }
+        if let Err(error) = words::fold_if_scattered(&self.pool, pipeline_id).await {
+            // The statistics stay right, only spread over more rows until a later group folds them.
+            tracing::warn!(%error, %pipeline_id, "folding the pipeline's word statistics failed");
         }
         Ok(group.stored)
     }

@@ -20,6 +20,7 @@ pub mod taxonomies;
 pub mod text_splitters;
 pub mod vectors;
 mod warm;
+pub mod words;
 
 use std::ops::Deref;
 use std::sync::Arc;

@@ -505,6 +505,11 @@ pub async fn delete(
     if let Some(ve) = vector_embedding_id {
         super::vectors::drop_table(&mut tx, ve).await?;
     }
+    // The fragments' word statistics go with the pipeline: not counted out one by one.
+    sqlx::query("SELECT set_config('trove.deleting_pipeline', $1::text, true)")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("DELETE FROM fragments WHERE pipeline_id = $1")
         .bind(id)
         .execute(&mut *tx)

@@ -541,3 +541,127 @@ async fn the_document_describes_the_extension_when_it_is_on() {
         "the reference embeds the document"
     );
 }
+
+/// The pipeline's word statistics as `word_counts` sums them, and as counted from its current
+/// fragments: (word, fragments, length), '' for all of them.
+async fn word_statistics(
+    app: &TestApp,
+    pid: &str,
+) -> (Vec<(String, i64, i64)>, Vec<(String, i64, i64)>) {
+    let pid = Uuid::parse_str(pid).unwrap();
+    let kept = sqlx::query_as(
+        "SELECT word, sum(fragments)::bigint, sum(length)::bigint FROM word_counts
+         WHERE pipeline_id = $1 GROUP BY word HAVING sum(fragments) <> 0 ORDER BY word",
+    )
+    .bind(pid)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let counted = sqlx::query_as(
+        "SELECT w.word, count(*), sum(octet_length(f.content))::bigint FROM fragments f
+         CROSS JOIN LATERAL (SELECT '' AS word UNION ALL SELECT unnest(tsvector_to_array(f.tsv))) w
+         WHERE f.pipeline_id = $1 AND f.expired_at IS NULL AND f.tsv IS NOT NULL
+         GROUP BY w.word ORDER BY w.word",
+    )
+    .bind(pid)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    (kept, counted)
+}
+
+#[tokio::test]
+async fn the_word_statistics_follow_every_write_and_fold() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    let (kept, counted) = word_statistics(&app, &pid).await;
+    assert!(counted.len() > 20, "{counted:?}");
+    assert_eq!(kept, counted);
+
+    // A new version expires the old one; a deleted document leaves; a pipeline without
+    // full-text search counts nothing.
+    app.submit_text(
+        &pid,
+        "parking",
+        "Parking permits are renewed online every March.",
+    )
+    .await;
+    app.submit_text(&pid, "garden", "The roof garden opens in spring.")
+        .await;
+    while app.step().await.stored > 0 {}
+    let garden = app
+        .count(
+            "SELECT count(*) FROM documents WHERE pipeline_id = $1",
+            &pid,
+        )
+        .await;
+    assert_eq!(garden, NOTES.len() as i64 + 2);
+    let backup: Uuid = sqlx::query_scalar(
+        "SELECT id FROM documents WHERE pipeline_id = $1 AND external_identifier = 'backup'",
+    )
+    .bind(Uuid::parse_str(&pid).unwrap())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let reply = app
+        .delete(&format!("/pipelines/{pid}/documents/{backup}"))
+        .await;
+    assert!(reply.status.is_success(), "{}", reply.text);
+    let (kept, counted) = word_statistics(&app, &pid).await;
+    assert!(
+        counted.iter().any(|(word, _, _)| word == "march"),
+        "{counted:?}"
+    );
+    assert!(
+        !counted.iter().any(|(word, _, _)| word == "nightly"),
+        "{counted:?}"
+    );
+    assert_eq!(kept, counted);
+    let plain = app.new_pipeline_id(json!({})).await;
+    app.submit_text(&plain, "plain", "Words nobody counts.")
+        .await;
+    while app.step().await.stored > 0 {}
+    assert_eq!(word_statistics(&app, &plain).await, (vec![], vec![]));
+
+    // Folded: one row per word, the same sums.
+    let rows = |pid: String| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM word_counts WHERE pipeline_id = $1")
+                .bind(Uuid::parse_str(&pid).unwrap())
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let scattered = rows(pid.clone()).await;
+    assert!(scattered > counted.len() as i64, "{scattered}");
+    let pipeline_id = Uuid::parse_str(&pid).unwrap();
+    for _ in 0..trove::store::words::FOLD_AFTER {
+        sqlx::query("INSERT INTO word_counts VALUES ($1, '', 0, 0)")
+            .bind(pipeline_id)
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+    assert!(
+        trove::store::words::fold_if_scattered(&app.pool, pipeline_id)
+            .await
+            .unwrap()
+    );
+    assert_eq!(rows(pid.clone()).await, counted.len() as i64);
+    assert_eq!(
+        word_statistics(&app, &pid).await,
+        (counted.clone(), counted)
+    );
+    assert!(
+        !trove::store::words::fold_if_scattered(&app.pool, pipeline_id)
+            .await
+            .unwrap()
+    );
+
+    // A deleted pipeline takes its statistics with it.
+    let reply = app.delete(&format!("/pipelines/{pid}")).await;
+    assert!(reply.status.is_success(), "{}", reply.text);
+    assert_eq!(rows(pid).await, 0);
+}
