@@ -248,19 +248,27 @@ fn describe_memory(document: &mut Value) {
             "required": false,
             "deprecated": false,
             "explode": true,
-            "description": "Extension `conversations`: a context of the calling key (else 404                             `Context not found`; not a UUID: 400 `Invalid context ID`). Its most                             recent messages fill the `history` placeholder, and once the answer                             is complete the user's turn and the answer are appended to it.",
+            "description": "Extension `conversations`: a context of the calling key (else 404 \
+                            `Context not found`; not a UUID: 400 `Invalid context ID`). Its \
+                            most recent messages fill the `history` placeholder, and once the \
+                            answer is complete the user's turn and the answer are appended to \
+                            it.",
             "schema": {"type": "string", "format": "uuid"},
         }));
     }
     describe_schema(
         document,
         MEMORY_SCHEMAS[0],
-        "With the extension `conversations`, `history` placeholders (at most one per agent)          hold the most recent messages of the execution's context (`x-context-id`; none          without): a message whose template is only `{history}` becomes those messages, one          per message with its role; elsewhere `{history}` becomes `role: content` lines.",
+        "With the extension `conversations`, `history` placeholders (at most one per agent) \
+         hold the most recent messages of the execution's context (`x-context-id`; none \
+         without): a message whose template is only `{history}` becomes those messages, one \
+         per message with its role; elsewhere `{history}` becomes `role: content` lines.",
     );
     describe_schema(
         document,
         MEMORY_SCHEMAS[1],
-        "Extension `conversations`, `history` placeholders: only `k`, how many of the most          recent messages (1 to 1000, default 10).",
+        "Extension `conversations`, `history` placeholders: only `k`, how many of the most \
+         recent messages (1 to 1000, default 10).",
     );
 }
 
