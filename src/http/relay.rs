@@ -1,6 +1,7 @@
 //! `POST /compat/v1/chat/completions`: the chat-completions relay. The request goes to the
 //! LLM named by `x-llm-id` with that LLM's key; the model server's status, content type and
-//! body come back unchanged, chunk by chunk.
+//! body come back unchanged, chunk by chunk. With the extension `conversations`, a request with
+//! all three enrichment headers is an enriched completion instead ([`super::completions`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -204,7 +205,9 @@ impl RelayApi {
                 return Ok(Relayed(unless_client_leaves(req, answer).await?));
             }
             _ => {
-                return Err(ApiError::Internal("relay headers and body disagree".to_owned()).into());
+                return Err(
+                    ApiError::Internal("relay headers and body disagree".to_owned()).into(),
+                );
             }
         };
         let body = body.into_iter().collect();
