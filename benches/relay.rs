@@ -12,6 +12,13 @@
 //!    empty content).
 //! 3. `POST /llms/{llm_id}/query` (`{"prompt":"hi"}`, NDJSON) timed to its first `delta` line,
 //!    against the direct streamed request of 2.
+//! 4. An enriched completion (extension `conversations`: the relay with `X-Agent-Id`,
+//!    `X-Pipeline-Id`, `X-Pipeline-Classification`, `"stream": true`) timed to its first
+//!    `chat.completion.chunk` with content, against the same agent's execution
+//!    (`POST /agents/{agent_id}/execute`, NDJSON) timed to its first `delta` line: the agent
+//!    (a similarity placeholder for its question, a history placeholder) on an empty pipeline
+//!    of the seeded `default` model (`hash`), so both retrieve the same (nothing) and the
+//!    difference is the relay's reading and writing.
 //!
 //! Run: `TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo bench --bench relay --
 //! --requests=2000` (`--requests=N` measured per path and scenario, 2000; `--warmup=N` pairs
@@ -101,6 +108,7 @@ async fn start_trove(admin: &str, nats: &str) -> Trove {
         ("TROVE_WORKER", "false".to_owned()),
         ("TROVE_WORKER_METRICS_LISTEN", "off".to_owned()),
         ("TROVE_LOG", "warn".to_owned()),
+        ("TROVE_EXTENSIONS", "conversations".to_owned()),
     ]);
     let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("config");
     let tag = Uuid::new_v4().simple().to_string();
@@ -168,6 +176,70 @@ async fn register_llm(client: &reqwest::Client, trove: &Trove, fake: &FakeLlm) -
     let body: Value = response.json().await.expect("JSON");
     assert!(status.is_success(), "POST /llms: {status} {body}");
     body["id"].as_str().expect("LLM id").to_owned()
+}
+
+/// `POST <path>` with the master key; the created object's id.
+async fn create(client: &reqwest::Client, trove: &Trove, path: &str, body: &Value) -> String {
+    let response = client
+        .post(format!("{}{path}", trove.base))
+        .header("x-api-key", &trove.key)
+        .header("x-api-key-secret", SECRET)
+        .json(body)
+        .send()
+        .await
+        .expect("POST");
+    let status = response.status();
+    let body: Value = response.json().await.expect("JSON");
+    assert!(status.is_success(), "POST {path}: {status} {body}");
+    body["id"].as_str().expect("id").to_owned()
+}
+
+/// The id of the seeded object of `path` named `name`.
+async fn seeded(client: &reqwest::Client, trove: &Trove, path: &str, name: &str) -> String {
+    let body: Value = client
+        .get(format!("{}{path}?name={name}", trove.base))
+        .header("x-api-key", &trove.key)
+        .header("x-api-key-secret", SECRET)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON");
+    body["data"][0]["id"]
+        .as_str()
+        .expect("seeded id")
+        .to_owned()
+}
+
+/// An empty pipeline (classification `public`) and an agent retrieving from it with a history
+/// placeholder; their ids.
+async fn register_agent(client: &reqwest::Client, trove: &Trove) -> (String, String) {
+    let model = seeded(client, trove, "/embedding-models", "default").await;
+    let splitter = seeded(client, trove, "/text-splitters", "recursive-character").await;
+    let pipeline = json!({
+        "name": "bench-enriched",
+        "embedding_model_id": model,
+        "default_text_splitter_id": splitter,
+        "classifications": ["public"],
+    });
+    let agent = json!({
+        "name": "bench-enriched",
+        "prompt": [
+            {"role": "system", "template": "Use this context:\n{context}"},
+            {"role": "user", "template": "{history}"},
+            {"role": "user", "template": "{question}"}
+        ],
+        "placeholders": [
+            {"name": "question", "type": "query"},
+            {"name": "context", "type": "similarity", "target": "question"},
+            {"name": "history", "type": "history"}
+        ]
+    });
+    (
+        create(client, trove, "/pipelines", &pipeline).await,
+        create(client, trove, "/agents", &agent).await,
+    )
 }
 
 // ---- Timing ------------------------------------------------------------------------------
@@ -321,8 +393,15 @@ fn print_summary(rows: &[Row]) {
     }
 }
 
-/// The three scenarios: whole and streamed completions, direct and relayed, and the query.
-fn scenarios(fake: &FakeLlm, trove: &Trove, llm_id: &str) -> [Scenario; 3] {
+/// What the enriched scenario runs: the pipeline and the agent.
+struct Enriched {
+    pipeline_id: String,
+    agent_id: String,
+}
+
+/// The four scenarios: whole and streamed completions, direct and relayed, the query, and an
+/// enriched completion against its agent's execution.
+fn scenarios(fake: &FakeLlm, trove: &Trove, llm_id: &str, enriched: &Enriched) -> [Scenario; 4] {
     let direct_url = format!("{}/chat/completions", fake.openai_endpoint());
     let relay_url = format!("{}/compat/v1/chat/completions", trove.base);
     let query_url = format!("{}/llms/{llm_id}/query", trove.base);
@@ -339,6 +418,22 @@ fn scenarios(fake: &FakeLlm, trove: &Trove, llm_id: &str) -> [Scenario; 3] {
     let token = Until::First(FIRST_TOKEN);
     let direct_streamed = Target::new(direct_url.clone(), &direct_headers, &streamed, token);
     let query = json!({"prompt": "hi"});
+    let execute_url = format!("{}/agents/{}/execute", trove.base, enriched.agent_id);
+    let execute_headers = [
+        ("x-api-key", trove.key.as_str()),
+        ("x-api-key-secret", SECRET),
+        ("x-llm-id", llm_id),
+        ("x-pipeline-id", enriched.pipeline_id.as_str()),
+    ];
+    let execution = json!({"variables": {"question": "hi"}, "classification": "public"});
+    let enriched_headers = [
+        ("x-api-key", trove.key.as_str()),
+        ("x-api-key-secret", SECRET),
+        ("x-llm-id", llm_id),
+        ("x-agent-id", enriched.agent_id.as_str()),
+        ("x-pipeline-id", enriched.pipeline_id.as_str()),
+        ("x-pipeline-classification", "public"),
+    ];
     [
         Scenario {
             name: "1 whole completion, send → last byte",
@@ -349,7 +444,7 @@ fn scenarios(fake: &FakeLlm, trove: &Trove, llm_id: &str) -> [Scenario; 3] {
         Scenario {
             name: "2 streamed completion, TTFT",
             direct: direct_streamed.clone(),
-            trove: Target::new(relay_url, &trove_headers, &streamed, token),
+            trove: Target::new(relay_url.clone(), &trove_headers, &streamed, token),
             target: Some(2.0),
         },
         Scenario {
@@ -362,6 +457,17 @@ fn scenarios(fake: &FakeLlm, trove: &Trove, llm_id: &str) -> [Scenario; 3] {
                 Until::First(DELTA_LINE),
             ),
             target: None,
+        },
+        Scenario {
+            name: "4 enriched completion vs execution, TTFT",
+            direct: Target::new(
+                execute_url,
+                &execute_headers,
+                &execution,
+                Until::First(DELTA_LINE),
+            ),
+            trove: Target::new(relay_url, &enriched_headers, &streamed, token),
+            target: Some(1.0),
         },
     ]
 }
@@ -400,14 +506,19 @@ async fn main() {
         .build()
         .expect("HTTP client");
     let llm_id = register_llm(&client, &trove, &fake).await;
+    let (pipeline_id, agent_id) = register_agent(&client, &trove).await;
+    let enriched = Enriched {
+        pipeline_id,
+        agent_id,
+    };
 
     let mut rows = Vec::new();
-    for scenario in scenarios(&fake, &trove, &llm_id) {
+    for scenario in scenarios(&fake, &trove, &llm_id, &enriched) {
         rows.push(run(&client, &options, &scenario).await);
     }
     print_summary(&rows);
     println!(
-        "(Δ p50 = Trove p50 − direct p50; scenario 3's direct column is the direct streamed TTFT)\ncommand: {command}"
+        "(Δ p50 = Trove p50 − direct p50; scenario 3's direct column is the direct streamed TTFT, scenario 4's the agent's execution and its Trove column the enriched completion)\ncommand: {command}"
     );
 
     drop(client);

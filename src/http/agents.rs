@@ -278,7 +278,7 @@ impl RunAgentBody {
 
 /// A header holding an id: missing or not visible ASCII is plain 400, not a UUID 400
 /// `<message>`.
-fn header_id(raw: &str, message: &str) -> Result<Uuid, ApiError> {
+pub(super) fn header_id(raw: &str, message: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::InvalidHeaderId(message.to_owned()))
 }
 
@@ -533,6 +533,7 @@ impl AgentsApi {
             tracing: body.tracing.unwrap_or(false),
             whole_answer: mode == StreamMode::Plain,
             context_id: headers.context_id,
+            completion: None,
         };
         let input = body.retrieval_input();
         let answer = async {

@@ -68,6 +68,7 @@ fn describe(document: &mut Value, extension: Extension) {
         Extension::Conversations => {
             add_operations(document, &super::contexts::openapi_document());
             describe_memory(document);
+            describe_enriched_completions(document);
         }
     }
 }
@@ -247,20 +248,108 @@ fn describe_memory(document: &mut Value) {
             "required": false,
             "deprecated": false,
             "explode": true,
-            "description": "Extension `conversations`: a context of the calling key (else 404                             `Context not found`; not a UUID: 400 `Invalid context ID`). Its most                             recent messages fill the `history` placeholder, and once the answer                             is complete the user's turn and the answer are appended to it.",
+            "description": "Extension `conversations`: a context of the calling key (else 404 \
+                            `Context not found`; not a UUID: 400 `Invalid context ID`). Its \
+                            most recent messages fill the `history` placeholder, and once the \
+                            answer is complete the user's turn and the answer are appended to \
+                            it.",
             "schema": {"type": "string", "format": "uuid"},
         }));
     }
     describe_schema(
         document,
         MEMORY_SCHEMAS[0],
-        "With the extension `conversations`, `history` placeholders (at most one per agent)          hold the most recent messages of the execution's context (`x-context-id`; none          without): a message whose template is only `{history}` becomes those messages, one          per message with its role; elsewhere `{history}` becomes `role: content` lines.",
+        "With the extension `conversations`, `history` placeholders (at most one per agent) \
+         hold the most recent messages of the execution's context (`x-context-id`; none \
+         without): a message whose template is only `{history}` becomes those messages, one \
+         per message with its role; elsewhere `{history}` becomes `role: content` lines.",
     );
     describe_schema(
         document,
         MEMORY_SCHEMAS[1],
-        "Extension `conversations`, `history` placeholders: only `k`, how many of the most          recent messages (1 to 1000, default 10).",
+        "Extension `conversations`, `history` placeholders: only `k`, how many of the most \
+         recent messages (1 to 1000, default 10).",
     );
+}
+
+/// The relay's path in the document.
+const RELAY: &str = "/paths/~1compat~1v1~1chat~1completions/post";
+
+/// Enriched chat completions: the relay with `X-Agent-Id`, `X-Pipeline-Id` and
+/// `X-Pipeline-Classification` runs an agent and answers in the chat-completions form.
+fn describe_enriched_completions(document: &mut Value) {
+    let Some(Value::Object(operation)) = document.pointer_mut(RELAY) else {
+        return;
+    };
+    let header = |name: &str, description: &str, schema: Value| {
+        json!({
+            "name": name,
+            "in": "header",
+            "required": false,
+            "deprecated": false,
+            "explode": true,
+            "description": description,
+            "schema": schema,
+        })
+    };
+    let uuid = || json!({"type": "string", "format": "uuid"});
+    let parameters = operation
+        .entry("parameters")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(parameters) = parameters {
+        parameters.extend([
+            header(
+                "X-Agent-Id",
+                "Extension `conversations`: the agent of an enriched completion (R|X; not a \
+                 UUID: 400 `Invalid agent ID`).",
+                uuid(),
+            ),
+            header(
+                "X-Pipeline-Id",
+                "Extension `conversations`: the pipeline it retrieves from (R|X; not a UUID: \
+                 400 `Invalid pipeline ID`).",
+                uuid(),
+            ),
+            header(
+                "X-Pipeline-Classification",
+                "Extension `conversations`: the classifications it retrieves, names separated \
+                 by commas (hierarchical matching, undefined names ignored).",
+                json!({"type": "string"}),
+            ),
+        ]);
+    }
+    if let Some(Value::String(description)) = operation.get_mut("description") {
+        description.push_str(
+            "\n\nExtension `conversations`: with all three headers, an enriched completion \
+             instead of 501. The agent runs as an execution against the pipeline and the LLM \
+             (R|X on each): the last `user` message is the value of its one query variable \
+             (more than one: 400 `Invalid parameter`, `Missing prompt variables: <names>`), \
+             the messages before it fill its `history` placeholder (its `k` most recent; \
+             without one they are not sent), retrieval uses the classifications of \
+             `X-Pipeline-Classification` and the body's `filters` (as in an execution). The \
+             answer is a `chat.completion` object, or with `stream` true server-sent \
+             `chat.completion.chunk` objects ending with `data: [DONE]`; `usage` when the \
+             model reports it. Errors are the interface's JSON errors; nothing is stored.",
+        );
+    }
+    if let Some(Value::Object(answer)) = operation
+        .get_mut("responses")
+        .and_then(|responses| responses.get_mut("default"))
+    {
+        if let Some(Value::Object(content)) = answer.get_mut("content") {
+            content.insert(
+                "text/event-stream".to_owned(),
+                json!({"schema": {"type": "string"}}),
+            );
+        }
+        if let Some(Value::String(description)) = answer.get_mut("description") {
+            description.push_str(
+                "; with the extension `conversations` and the enrichment headers, the agent's \
+                 answer as `chat.completion` (JSON) or `chat.completion.chunk` events \
+                 (`text/event-stream`)",
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +388,27 @@ mod tests {
                 .ends_with("Extensions of the interface on in this deployment: hybrid.")
         );
         assert!(on.pointer("/paths/~1contexts").is_none());
+    }
+
+    /// The relay's operation with the extension `conversations` is an artifact like the
+    /// interface's document: a change to it must be reviewed and accepted.
+    #[test]
+    fn the_conversations_extension_describes_enriched_completions() {
+        let interface = super::super::openapi_document();
+        let off: Value = serde_json::from_str(&interface).unwrap();
+        let on: Value = serde_json::from_str(&document(
+            &interface,
+            Extensions::NONE.with(Extension::Conversations),
+        ))
+        .unwrap();
+        assert!(off.pointer(&format!("{RELAY}/parameters")).is_none());
+        let relay = on.pointer(RELAY).unwrap();
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_json_snapshot!("openapi_conversations_relay", relay);
+        });
     }
 
     #[test]

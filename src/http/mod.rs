@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod api_keys;
+pub mod completions;
 pub mod connections;
 pub mod contexts;
 pub mod core;

@@ -400,12 +400,52 @@ pub struct ExecuteOptions {
     /// found to be the caller's): its messages fill the `history` placeholder and the
     /// exchange is appended to it once the answer is complete.
     pub context_id: Option<Uuid>,
+    /// An enriched chat completion (the relay with `X-Agent-Id`, extension `conversations`):
+    /// its last user message is the agent's one variable and its earlier messages the
+    /// history. The retrieval input's variables are then not read.
+    pub completion: Option<Completion>,
 }
 
-/// A started execution: the answer's events (the head was received) and the trace id.
+/// The conversation of an enriched chat completion.
+pub struct Completion {
+    /// The text of the last `user` message, if any.
+    pub query: Option<String>,
+    /// The messages before it, oldest first: they fill the `history` placeholder as a
+    /// context's most recent messages would (its `k` most recent of them); nothing is stored.
+    pub history: Vec<RenderedMessage>,
+}
+
+impl Completion {
+    /// The variables of an agent run as a chat completion: its one variable (a query
+    /// placeholder named in a template or targeted) holds the last user message. An agent
+    /// needing more than one, or one without a user message to fill it, is 400
+    /// `Missing prompt variables: <names>`.
+    fn variables(&self, definition: &AgentDefinition) -> ApiResult<HashMap<String, String>> {
+        let names = definition.variables();
+        let missing = |names: &[String]| {
+            ApiError::InvalidParameter(format!("Missing prompt variables: {}", names.join(", ")))
+        };
+        match (names.as_slice(), &self.query) {
+            ([], _) => Ok(HashMap::new()),
+            ([name], Some(query)) => Ok(HashMap::from([(name.clone(), query.clone())])),
+            _ => Err(missing(&names)),
+        }
+    }
+
+    /// The `k` most recent messages of the history.
+    fn recent(&self, k: u32) -> Vec<RenderedMessage> {
+        let k = usize::try_from(k).unwrap_or(usize::MAX);
+        let start = self.history.len().saturating_sub(k);
+        self.history[start..].to_vec()
+    }
+}
+
+/// A started execution: the answer's events (the head was received), the trace id and the
+/// model the LLM names (if it names one).
 pub struct Execution {
     pub events: ChatStream,
     pub trace_id: Option<Uuid>,
+    pub model: Option<String>,
 }
 
 /// `POST /agents/{id}/execute`: checks (agent, pipeline, LLM, variables, key), retrieval,
@@ -415,19 +455,24 @@ pub async fn execute(
     auth: &AuthContext,
     agent_id: Uuid,
     pipeline_id: Uuid,
-    input: RetrievalInput,
+    mut input: RetrievalInput,
     options: ExecuteOptions,
 ) -> ApiResult<Execution> {
     let definition = runnable(&state.pool, auth, agent_id, true).await?;
     let context = pipeline_context(state, auth, pipeline_id).await?;
     let stored_llm = super::llms::usable(&state.pool, auth, options.llm_id).await?;
+    if let Some(completion) = &options.completion {
+        input.variables = completion.variables(&definition)?;
+    }
     definition
         .check_execution_variables(&input.variables)
         .map_err(|e| ApiError::InvalidParameter(e.to_string()))?;
     let llm = super::llms::ready(&state.cipher, stored_llm)?;
+    let model = llm.stored.row.model.clone();
     let results = retrieve(state, auth, pipeline_id, &context, &definition, &input).await?;
-    let history = match options.context_id {
-        Some(id) if definition.history_len() > 0 => {
+    let history = match (&options.completion, options.context_id) {
+        (Some(completion), _) => completion.recent(definition.history_len()),
+        (None, Some(id)) if definition.history_len() > 0 => {
             contexts::history(
                 &state.pool,
                 &state.cipher,
@@ -475,7 +520,9 @@ pub async fn execute(
         retrievals: Value::Object(retrievals_object(&results)),
         messages: json!(rendered),
     });
-    answer(state, events, trace, options.whole_answer).await
+    let mut execution = answer(state, events, trace, options.whole_answer).await?;
+    execution.model = model;
+    Ok(execution)
 }
 
 /// The included messages with the variables and each retrieval placeholder's fragments
@@ -598,12 +645,17 @@ async fn answer(
             }),
         ])
         .boxed();
-        return Ok(Execution { events, trace_id });
+        return Ok(Execution {
+            events,
+            trace_id,
+            model: None,
+        });
     }
     let Some(t) = trace else {
         return Ok(Execution {
             events,
             trace_id: None,
+            model: None,
         });
     };
     trace::write(
@@ -619,6 +671,7 @@ async fn answer(
     Ok(Execution {
         events: recorder.record(events),
         trace_id,
+        model: None,
     })
 }
 

@@ -17,6 +17,7 @@ mod deferred_index;
 mod docs;
 mod documents;
 mod embedding;
+mod enriched;
 mod examples;
 mod fake_llm;
 mod filter_fuzz;
