@@ -11,9 +11,9 @@ use super::ApiTags;
 use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, Described, Json, List, OkOrNoContent};
-use super::schemas::{self, DocumentVersion};
+use super::schemas::{self, DocumentVersion, DocumentVersionRead};
 use crate::error::{ApiError, ApiResult};
-use crate::service::documents::{self as service, NewDocument};
+use crate::service::documents::{self as service, Content, NewDocument};
 use crate::state::AppState;
 
 /// Body of `POST /pipelines/{pipeline_id}/documents`.
@@ -147,7 +147,7 @@ impl From<CreateDocumentBody> for NewDocument {
             external_identifier: body.external_identifier,
             classification: body.classification,
             metadata: body.metadata,
-            text: body.text,
+            content: Content::Text(body.text),
             text_splitter_id: body.text_splitter_id,
             expire_older_versions: body.expire_older_versions,
         }
@@ -269,7 +269,9 @@ impl DocumentsApi {
     /// Read a document
     ///
     /// `version` selects one version (expired or not); `as_of` reads the document as it was
-    /// at that time; neither gives the current versions. Newest first.
+    /// at that time; neither gives the current versions. Newest first. Each version carries
+    /// `status_reason` (an extension): why a `failed` version failed when a reason is known
+    /// (a file whose text could not be extracted), null otherwise.
     #[oai(
         path = "/pipelines/:pipeline_id/documents/:document_id",
         method = "get"
@@ -280,13 +282,21 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         document_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<Vec<DocumentVersion>>> {
+    ) -> poem::Result<Json<Vec<DocumentVersionRead>>> {
         let state = state(req)?;
         let query = req.uri().query();
         let version = integer_param(query, "version")?;
         let as_of = integer_param(query, "as_of")?;
         Ok(Json(schemas::all(
-            service::read(state, &auth.0, pipeline_id.0, document_id.0, version, as_of).await?,
+            service::read_with_reasons(
+                state,
+                &auth.0,
+                pipeline_id.0,
+                document_id.0,
+                version,
+                as_of,
+            )
+            .await?,
         )))
     }
 

@@ -97,6 +97,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "contexts",
         sql: include_str!("../../migrations/0016_contexts.sql"),
     },
+    Migration {
+        version: 17,
+        name: "document_files",
+        sql: include_str!("../../migrations/0017_document_files.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).
