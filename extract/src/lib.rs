@@ -137,6 +137,12 @@ pub fn extract(bytes: &[u8], format: Format, limits: Limits) -> Result<String, E
         Format::Markdown => markdown::extract(&text::decode(bytes)),
         Format::Text => text::plain(bytes),
     };
+    // U+0000 is no character of a text (and the database refuses it in text).
+    let text = if text.contains('\0') {
+        text.replace('\0', "")
+    } else {
+        text
+    };
     if text.chars().count() > limits.max_output_chars {
         return Err(ExtractError::TooLong {
             limit: limits.max_output_chars,

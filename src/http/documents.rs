@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
+use super::files::FileUpload;
 use super::respond::{Created, Described, Json, List, OkOrNoContent};
 use super::schemas::{self, DocumentVersion, DocumentVersionRead};
 use crate::error::{ApiError, ApiResult};
@@ -215,6 +216,34 @@ impl DocumentsApi {
         Ok(Created(schemas::all(
             service::submit_batch(state, &auth.0, pipeline_id.0, inputs).await?,
         )))
+    }
+
+    /// Submit a file as a document version (extension)
+    ///
+    /// An extension of the interface: a `multipart/form-data` body with the parts `file`
+    /// (required), `classification` (required), `external_identifier` (default: the file's
+    /// name), `metadata` (a JSON object as text) and `expire_older_versions` (`true` or
+    /// `false`, default `true`). PDF (its text layer), DOCX, ODT, HTML, Markdown and plain text,
+    /// detected from the content first and the name second; the worker extracts the text
+    /// before splitting. Checks, answer and metrics are those of a JSON submission. A body over
+    /// `TROVE_MAX_FILE_BYTES` is 413, an unreadable body 400 `Invalid parameter`, a type Trove
+    /// cannot read 415 `Unsupported file type: <type>`. A file whose text cannot be extracted
+    /// makes its version `failed` with a `status_reason`.
+    #[oai(path = "/pipelines/:pipeline_id/files", method = "post")]
+    async fn create_file(
+        &self,
+        auth: Auth,
+        pipeline_id: extract::Path,
+        req: &Request,
+        body: FileUpload,
+    ) -> poem::Result<Created<DocumentVersion>> {
+        let state = state(req)?;
+        state.metrics.document_queue_added.inc();
+        Ok(Created(
+            service::submit(state, &auth.0, pipeline_id.0, body.0)
+                .await?
+                .into(),
+        ))
     }
 
     /// Submit a document version (pipeline in the body)

@@ -19,6 +19,7 @@ mod documents;
 mod embedding;
 mod examples;
 mod fake_llm;
+mod files;
 mod filter_fuzz;
 mod hostile_input;
 mod hybrid;
