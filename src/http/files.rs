@@ -188,6 +188,11 @@ fn submission(parts: Parts) -> Result<NewDocument, ApiError> {
         }
     };
     let file_name = file_name.unwrap_or_default();
+    if parts.external_identifier.is_none() && file_name.contains('\0') {
+        return Err(invalid(
+            "the file's name contains the NUL character (U+0000)",
+        ));
+    }
     let format = trove_extract::detect(&bytes, &file_name)
         .map_err(|unsupported| ApiError::UnsupportedFileType(unsupported.detected))?;
     Ok(NewDocument {

@@ -219,12 +219,8 @@ async fn files_are_extracted_and_found_by_full_text_and_similarity_search() {
         ("Harbour Inspection Schedule", &docx),
         ("Prune the lavender hedges", &html),
     ] {
-        let id = str_of(version, "id").to_owned();
-        assert_eq!(
-            hits(&app, &pid, "search", query).await,
-            [id.clone()],
-            "{query}"
-        );
+        let id = str_of(version, "id");
+        assert_eq!(hits(&app, &pid, "search", query).await, [id], "{query}");
         assert_eq!(hits(&app, &pid, "similarity", query).await, [id], "{query}");
     }
 }
@@ -351,6 +347,17 @@ async fn submission_errors_store_nothing() {
     )
     .await;
     assert_invalid_parameter(&reply, "file is given more than once");
+    let reply = upload(
+        &app,
+        &pid,
+        &[
+            file("a\0b.txt", b"x".to_vec()),
+            text("classification", "public"),
+        ],
+    )
+    .await;
+    // A NUL in a part's headers is refused by the multipart reader.
+    assert_invalid_parameter(&reply, "unreadable multipart body: failed to read headers");
     // A body cut short, and one that is not multipart.
     let mut cut = multipart(&[small(), text("classification", "public")]);
     cut.truncate(cut.len() - 30);
