@@ -511,3 +511,54 @@ async fn submission_errors_store_nothing() {
     assert_eq!(reply.body["external_identifier"], "notes.txt");
     assert_eq!(documents_in(&app, &pid).await, 1);
 }
+
+#[tokio::test]
+async fn trove_upload_sends_files_as_the_route_expects() {
+    let app = spawn_app_without_worker().await;
+    let pid = pipeline(&app).await;
+    let (key_id, key_secret) = app.master_key();
+    let target = trove::upload::UploadTarget {
+        url: app.address.clone(),
+        pipeline_id: uuid::Uuid::parse_str(&pid).unwrap(),
+        key_id,
+        key_secret,
+        classification: "public".to_owned(),
+        external_identifier: None,
+        metadata: Some(r#"{"team": "docs"}"#.to_owned()),
+        expire_older_versions: false,
+    };
+    let folder = format!("{}/tests/fixtures/files", env!("CARGO_MANIFEST_DIR"));
+    let client = reqwest::Client::new();
+    let path = std::path::Path::new(&folder).join("notes.docx");
+    let version = trove::upload::upload_file(&client, &target, &path, false)
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&version), VERSION_FIELDS, "{version}");
+    assert_eq!(version["external_identifier"], "notes.docx");
+    assert_eq!(version["metadata"], json!({"team": "docs"}));
+    assert_eq!(version["status"], "pending");
+    let error = trove::upload::upload_file(
+        &client,
+        &target,
+        &std::path::Path::new(&folder).join("image.png"),
+        false,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.ends_with(
+            "image.png: 415 Unsupported Media Type {\"error\":{\"details\":{\"supported\":[\"application/pdf\",\"application/vnd.openxmlformats-officedocument.wordprocessingml.document\",\"application/vnd.oasis.opendocument.text\",\"text/html\",\"text/markdown\",\"text/plain\"]},\"message\":\"Unsupported file type: image/png\"}}"
+        ),
+        "{error}"
+    );
+    // One external identifier names one file.
+    let several = trove::upload::UploadTarget {
+        external_identifier: Some("x".to_owned()),
+        ..target
+    };
+    assert_eq!(
+        trove::upload::run(several, &[path.clone(), path]).await,
+        Err("--external-identifier names one file; give one file".to_owned())
+    );
+    assert_eq!(documents_in(&app, &pid).await, 1);
+}
