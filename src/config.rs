@@ -133,6 +133,9 @@ pub struct Config {
     /// association holds, for the worker to drop its HNSW index and build it once the burst is
     /// stored (`TROVE_INDEX_DEFER_ROWS`; 0: never).
     pub index_defer_rows: u64,
+    /// The largest request body of a file submission, `POST /pipelines/{pipeline_id}/files`
+    /// (`TROVE_MAX_FILE_BYTES`).
+    pub max_file_bytes: u64,
     /// The extensions of the interface switched on (`TROVE_EXTENSIONS`).
     pub extensions: Extensions,
     /// How long a search waits for its reranker before answering in the order it had
@@ -228,6 +231,23 @@ fn index_defer_rows(value: Option<String>) -> Result<u64, ConfigError> {
             format!("expected a whole number of fragments (0: never), got {value:?}"),
         )
     })
+}
+
+/// Default of `TROVE_MAX_FILE_BYTES` (64 MiB).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// `TROVE_MAX_FILE_BYTES`: a whole number of bytes, at least 1.
+fn max_file_bytes(value: Option<String>) -> Result<u64, ConfigError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_MAX_FILE_BYTES);
+    };
+    match value.trim().parse::<u64>() {
+        Ok(bytes) if bytes > 0 => Ok(bytes),
+        _ => Err(err(
+            "TROVE_MAX_FILE_BYTES",
+            format!("expected a whole number of bytes above 0, got {value:?}"),
+        )),
+    }
 }
 
 /// The longest `TROVE_CONTEXT_RETENTION` (100 years): the sweep's cutoff stays a valid time.
@@ -382,6 +402,7 @@ impl Config {
             llm_read_timeout,
             statement_timeout: statement_timeout(get("TROVE_STATEMENT_TIMEOUT"))?,
             index_defer_rows: index_defer_rows(get("TROVE_INDEX_DEFER_ROWS"))?,
+            max_file_bytes: max_file_bytes(get("TROVE_MAX_FILE_BYTES"))?,
             extensions: match get("TROVE_EXTENSIONS") {
                 Some(names) => {
                     Extensions::parse(&names).map_err(|reason| err("TROVE_EXTENSIONS", reason))?
@@ -722,6 +743,14 @@ mod tests {
             0
         );
         assert!(with(&[("TROVE_INDEX_DEFER_ROWS", "-1")]).is_err());
+        assert_eq!(with(&[]).unwrap().max_file_bytes, DEFAULT_MAX_FILE_BYTES);
+        assert_eq!(
+            with(&[("TROVE_MAX_FILE_BYTES", "1024")])
+                .unwrap()
+                .max_file_bytes,
+            1024
+        );
+        assert!(with(&[("TROVE_MAX_FILE_BYTES", "0")]).is_err());
         let c = with(&[("TROVE_STATEMENT_TIMEOUT", "0.25")]).unwrap();
         assert_eq!(c.statement_timeout, Duration::from_millis(250));
         let c = with(&[("TROVE_STATEMENT_TIMEOUT", "0")]).unwrap();

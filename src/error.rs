@@ -154,6 +154,11 @@ pub enum ApiError {
     #[error("model server unreachable: {0}")]
     ModelServerUnreachable(String),
 
+    /// 415 `Unsupported file type: <detected type>`, `details.supported` = the media types
+    /// Trove reads (file submissions, an extension).
+    #[error("unsupported file type {0}")]
+    UnsupportedFileType(String),
+
     /// A plain-text response of §Errors "Responses without the JSON body".
     #[error("{message}")]
     Plain { status: StatusCode, message: String },
@@ -217,6 +222,7 @@ impl ApiError {
             | Self::StreamInfo(_)
             | Self::Stream(_)
             | Self::ModelServerUnreachable(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::UnsupportedFileType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Plain { status, .. } => *status,
         }
     }
@@ -284,6 +290,7 @@ impl ApiError {
             Self::Decryption => "Decryption error".to_owned(),
             Self::StreamInfo(reason) => format!("Failed to get stream info: {reason}"),
             Self::Stream(reason) => format!("Stream error: {reason}"),
+            Self::UnsupportedFileType(detected) => format!("Unsupported file type: {detected}"),
         }
     }
 
@@ -310,6 +317,7 @@ impl ApiError {
                 id.map(|id| json!({ "id": id }))
             }
             Self::FullTextDisabled(params) => Some(json!({ "params": params })),
+            Self::UnsupportedFileType(_) => Some(json!({ "supported": trove_extract::SUPPORTED })),
             Self::Grpc(status) => Some(json!({ "error": format!("gRPC error: {status}") })),
             Self::InvalidObjectType
             | Self::Pagination
@@ -399,6 +407,7 @@ impl ApiError {
             | Self::StreamInfo(_)
             | Self::Stream(_)
             | Self::ModelServerUnreachable(_)
+            | Self::UnsupportedFileType(_)
             | Self::Plain { .. } => McpFailure::internal(self.message()),
         }
     }

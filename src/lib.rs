@@ -25,3 +25,4 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod time;
+pub mod upload;

@@ -27,10 +27,47 @@ enum Command {
     Sidecar,
     /// Apply pending migrations and exit.
     Migrate,
+    /// Upload files as documents to a running Trove (`POST /pipelines/{pipeline_id}/files`),
+    /// with a progress bar; prints each version created as a line of JSON.
+    Upload(UploadArgs),
+}
+
+#[derive(clap::Args)]
+struct UploadArgs {
+    /// Trove's base address.
+    #[arg(long, env = "TROVE_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The pipeline.
+    #[arg(long)]
+    pipeline: uuid::Uuid,
+    /// The API key id.
+    #[arg(long, env = "TROVE_API_KEY")]
+    key: String,
+    /// The API key secret.
+    #[arg(long, env = "TROVE_API_KEY_SECRET", hide_env_values = true)]
+    secret: String,
+    /// The documents' classification.
+    #[arg(long)]
+    classification: String,
+    /// The document's external identifier (one file only; default: the file's name).
+    #[arg(long)]
+    external_identifier: Option<String>,
+    /// Metadata: a JSON object.
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Keep the current versions of the documents once the new ones are processed.
+    #[arg(long)]
+    keep_older_versions: bool,
+    /// The files.
+    #[arg(required = true)]
+    files: Vec<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Upload(args) = cli.command {
+        return upload(args);
+    }
     let config = match Config::from_env() {
         Ok(config) => config,
         Err(error) => {
@@ -67,6 +104,7 @@ fn main() -> ExitCode {
             Command::Worker => run_worker_only(config, shutdown_signal())
                 .await
                 .map_err(|e| e.to_string()),
+            Command::Upload(_) => Ok(()),
             Command::Sidecar => trove::sidecar::serve(
                 config.sidecar_listen,
                 config.models_dir.clone(),
@@ -82,6 +120,37 @@ fn main() -> ExitCode {
         Err(error) => {
             tracing::error!(%error, "stopped");
             eprintln!("trove: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `trove upload`: a client of a running Trove; it needs none of the server's configuration.
+fn upload(args: UploadArgs) -> ExitCode {
+    let target = trove::upload::UploadTarget {
+        url: args.url,
+        pipeline_id: args.pipeline,
+        key_id: args.key,
+        key_secret: args.secret,
+        classification: args.classification,
+        external_identifier: args.external_identifier,
+        metadata: args.metadata,
+        expire_older_versions: !args.keep_older_versions,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("trove: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(trove::upload::run(target, &args.files)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("trove upload: {error}");
             ExitCode::from(1)
         }
     }

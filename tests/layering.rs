@@ -1,6 +1,6 @@
 //! The layers of `src/` point one way (docs/architecture.md):
 //!
-//! `main` → `startup` → transports (`http`, `mcp`, `sidecar`) → `service` → `state` →
+//! `main` → `startup` → transports (`http`, `mcp`, `sidecar`, `upload`) → `service` → `state` →
 //! (`auth`, `agents`, `retrieval`, `ingest`, `providers`) → `store` → leaves (`access`,
 //! `config`, `crypto`, `error`, `license`, `metadata_schema`, `metrics`, `names`, `telemetry`,
 //! `time`).
@@ -20,7 +20,7 @@ fn layer(module: &str) -> Option<u8> {
     Some(match module {
         "main" => 8,
         "startup" => 7,
-        "http" | "mcp" | "sidecar" => 6,
+        "http" | "mcp" | "sidecar" | "upload" => 6,
         "service" => 5,
         "state" => 4,
         "auth" | "agents" | "retrieval" | "ingest" | "providers" => 3,

@@ -10,10 +10,11 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::form_pairs;
 use super::extract::{self, Auth, JsonBody, state};
+use super::files::FileUpload;
 use super::respond::{Created, Described, Json, List, OkOrNoContent};
-use super::schemas::{self, DocumentVersion};
+use super::schemas::{self, DocumentVersion, DocumentVersionRead};
 use crate::error::{ApiError, ApiResult};
-use crate::service::documents::{self as service, NewDocument};
+use crate::service::documents::{self as service, Content, NewDocument};
 use crate::state::AppState;
 
 /// Body of `POST /pipelines/{pipeline_id}/documents`.
@@ -147,7 +148,7 @@ impl From<CreateDocumentBody> for NewDocument {
             external_identifier: body.external_identifier,
             classification: body.classification,
             metadata: body.metadata,
-            text: body.text,
+            content: Content::Text(body.text),
             text_splitter_id: body.text_splitter_id,
             expire_older_versions: body.expire_older_versions,
         }
@@ -217,6 +218,34 @@ impl DocumentsApi {
         )))
     }
 
+    /// Submit a file as a document version (extension)
+    ///
+    /// An extension of the interface: a `multipart/form-data` body with the parts `file`
+    /// (required), `classification` (required), `external_identifier` (default: the file's
+    /// name), `metadata` (a JSON object as text) and `expire_older_versions` (`true` or
+    /// `false`, default `true`). PDF (its text layer), DOCX, ODT, HTML, Markdown and plain text,
+    /// detected from the content first and the name second; the worker extracts the text
+    /// before splitting. Checks, answer and metrics are those of a JSON submission. A body over
+    /// `TROVE_MAX_FILE_BYTES` is 413, an unreadable body 400 `Invalid parameter`, a type Trove
+    /// cannot read 415 `Unsupported file type: <type>`. A file whose text cannot be extracted
+    /// makes its version `failed` with a `status_reason`.
+    #[oai(path = "/pipelines/:pipeline_id/files", method = "post")]
+    async fn create_file(
+        &self,
+        auth: Auth,
+        pipeline_id: extract::Path,
+        req: &Request,
+        body: FileUpload,
+    ) -> poem::Result<Created<DocumentVersion>> {
+        let state = state(req)?;
+        state.metrics.document_queue_added.inc();
+        Ok(Created(
+            service::submit(state, &auth.0, pipeline_id.0, body.0)
+                .await?
+                .into(),
+        ))
+    }
+
     /// Submit a document version (pipeline in the body)
     #[oai(path = "/documents", method = "post")]
     async fn create_flat(
@@ -269,7 +298,9 @@ impl DocumentsApi {
     /// Read a document
     ///
     /// `version` selects one version (expired or not); `as_of` reads the document as it was
-    /// at that time; neither gives the current versions. Newest first.
+    /// at that time; neither gives the current versions. Newest first. Each version carries
+    /// `status_reason` (an extension): why a `failed` version failed when a reason is known
+    /// (a file whose text could not be extracted), null otherwise.
     #[oai(
         path = "/pipelines/:pipeline_id/documents/:document_id",
         method = "get"
@@ -280,13 +311,21 @@ impl DocumentsApi {
         pipeline_id: extract::Path,
         document_id: extract::Path,
         req: &Request,
-    ) -> poem::Result<Json<Vec<DocumentVersion>>> {
+    ) -> poem::Result<Json<Vec<DocumentVersionRead>>> {
         let state = state(req)?;
         let query = req.uri().query();
         let version = integer_param(query, "version")?;
         let as_of = integer_param(query, "as_of")?;
         Ok(Json(schemas::all(
-            service::read(state, &auth.0, pipeline_id.0, document_id.0, version, as_of).await?,
+            service::read_with_reasons(
+                state,
+                &auth.0,
+                pipeline_id.0,
+                document_id.0,
+                version,
+                as_of,
+            )
+            .await?,
         )))
     }
 

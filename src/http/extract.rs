@@ -191,7 +191,7 @@ impl BodyKind for Forwarded {
 /// `metadata.title`, `prompt.1.template`), outside a top-level `filters`, which is not stored
 /// (the filter language compares such a value as one no document holds). Only bodies that
 /// spell the escape are parsed again.
-fn nul_field(bytes: &[u8]) -> Option<String> {
+pub(crate) fn nul_field(bytes: &[u8]) -> Option<String> {
     if !bytes.windows(6).any(|w| w == b"\\u0000") {
         return None;
     }

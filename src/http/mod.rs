@@ -11,6 +11,7 @@ pub mod documents;
 pub mod embedding;
 pub mod extensions;
 pub mod extract;
+pub mod files;
 pub mod listed;
 pub mod llms;
 pub mod pipelines;

@@ -259,6 +259,29 @@ pub struct DocumentVersion {
     pub expired_at: Option<DateTime<Utc>>,
 }
 
+/// A document version as `GET /pipelines/{pipeline_id}/documents/{document_id}` shows it: with
+/// `status_reason` (an extension of the interface).
+#[derive(Debug, Clone, Serialize, Object)]
+#[oai(rename = "DocumentVersionRead")]
+pub struct DocumentVersionRead {
+    #[serde(flatten)]
+    #[oai(flatten)]
+    pub version: DocumentVersion,
+    /// Extension: why a `failed` version failed, when a reason is known (a file whose text
+    /// could not be extracted); null otherwise.
+    #[oai(nullable)]
+    pub status_reason: Option<String>,
+}
+
+impl From<(documents::VersionRow, Option<String>)> for DocumentVersionRead {
+    fn from((row, status_reason): (documents::VersionRow, Option<String>)) -> Self {
+        Self {
+            version: row.into(),
+            status_reason,
+        }
+    }
+}
+
 impl From<documents::VersionRow> for DocumentVersion {
     fn from(r: documents::VersionRow) -> Self {
         Self {

@@ -213,6 +213,15 @@ struct Prepared {
     fragments: Vec<String>,
 }
 
+/// What became of a file's text.
+enum FileText {
+    Text(String),
+    /// The stored bytes cannot be decrypted or are gone (as an unreadable text).
+    Unreadable,
+    /// The text cannot be extracted: the version fails with this reason.
+    Failed(String),
+}
+
 /// Why a whole group failed.
 #[derive(Debug, thiserror::Error)]
 enum GroupError {
@@ -495,8 +504,32 @@ impl Worker {
                 finished.push(delivery.slot);
                 continue;
             }
-            let Some(Ok(text)) = version.text.as_deref().map(|t| self.cipher.decrypt_text(t))
-            else {
+            let text = match version.format.as_deref() {
+                None => version
+                    .text
+                    .as_deref()
+                    .and_then(|t| self.cipher.decrypt_text(t).ok()),
+                Some(format) => match self.file_text(job, format).await? {
+                    FileText::Text(text) => Some(text),
+                    FileText::Unreadable => None,
+                    FileText::Failed(reason) => {
+                        // This version fails; the rest of the group goes on.
+                        tracing::info!(document_id = %job.document_id, version = job.version, %reason, "file text could not be extracted");
+                        ingestion::mark_failed_with_reason(
+                            &self.pool,
+                            job.document_id,
+                            job.version,
+                            &reason,
+                        )
+                        .await?;
+                        self.metrics.failed.inc();
+                        outcome.failed += 1;
+                        finished.push(delivery.slot);
+                        continue;
+                    }
+                },
+            };
+            let Some(text) = text else {
                 // Unreadable (another TROVE_SECRET) or already dropped: this version cannot
                 // be processed now; leave it to redelivery and the 24-hour sweep.
                 self.metrics.failed.inc();
@@ -517,6 +550,19 @@ impl Worker {
             });
         }
         Ok((prepared, finished))
+    }
+
+    /// The text of a file submitted as a document: its bytes read and decrypted, then
+    /// extracted on the blocking pool within the bounds of [`super::extract`].
+    async fn file_text(&self, job: Job, format: &str) -> Result<FileText, GroupError> {
+        let stored = ingestion::file_bytes(&self.pool, job.document_id, job.version).await?;
+        let Some(Ok(bytes)) = stored.as_deref().map(|b| self.cipher.decrypt(b)) else {
+            return Ok(FileText::Unreadable);
+        };
+        Ok(match super::extract::extract_file(bytes, format).await {
+            Ok(text) => FileText::Text(text),
+            Err(reason) => FileText::Failed(reason),
+        })
     }
 
     /// Splits the texts, all texts of one splitter configuration in one call.

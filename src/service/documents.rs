@@ -102,12 +102,21 @@ fn allowed(auth: &AuthContext, pipeline: Uuid, classification: &str) -> bool {
     list.iter().any(|c| c == "*" || c == classification)
 }
 
+/// What a submission holds: a plain text, or a file whose text the worker extracts.
+pub enum Content {
+    Text(String),
+    File {
+        bytes: Vec<u8>,
+        format: trove_extract::Format,
+    },
+}
+
 /// Input of a submission.
 pub struct NewDocument {
     pub external_identifier: String,
     pub classification: String,
     pub metadata: Value,
-    pub text: String,
+    pub content: Content,
     pub text_splitter_id: Option<Uuid>,
     pub expire_older_versions: bool,
 }
@@ -287,6 +296,7 @@ async fn store_versions(
             text_splitter_id: input.text_splitter_id,
             expire_older_versions: input.expire_older_versions,
             encrypted_text: &v.encrypted_text,
+            format: v.format,
         })
         .collect();
     let rows = store::insert(&mut tx, &versions).await?;
@@ -313,6 +323,8 @@ struct CheckedVersion {
     version: i64,
     created_at: DateTime<Utc>,
     encrypted_text: Vec<u8>,
+    /// A file's format; `None` for a plain text.
+    format: Option<&'static str>,
     /// Metadata fields the database cannot read as their declared integer type.
     unconvertible: Vec<String>,
 }
@@ -352,7 +364,14 @@ fn checked_version(
         id: last.map_or_else(Uuid::now_v7, |(id, _, _)| *id),
         version,
         created_at: DateTime::<Utc>::from_timestamp_micros(version).unwrap_or(now),
-        encrypted_text: state.cipher.encrypt(input.text.as_bytes()),
+        encrypted_text: state.cipher.encrypt(match &input.content {
+            Content::Text(text) => text.as_bytes(),
+            Content::File { bytes, .. } => bytes,
+        }),
+        format: match &input.content {
+            Content::Text(_) => None,
+            Content::File { format, .. } => Some(format.as_str()),
+        },
         unconvertible,
     })
 }
@@ -416,6 +435,36 @@ pub async fn read(
         return Err(not_found(id));
     }
     Ok(rows)
+}
+
+/// [`read`], each version with the reason it failed, where one is known (a file whose text
+/// could not be extracted).
+pub async fn read_with_reasons(
+    state: &AppState,
+    auth: &AuthContext,
+    pipeline_id: Uuid,
+    id: Uuid,
+    version: Option<i64>,
+    as_of: Option<i64>,
+) -> ApiResult<Vec<(VersionRow, Option<String>)>> {
+    let rows = read(state, auth, pipeline_id, id, version, as_of).await?;
+    let failed: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.status == store::DocumentStatus::Failed)
+        .map(|r| r.version)
+        .collect();
+    let mut reasons = if failed.is_empty() {
+        HashMap::new()
+    } else {
+        store::status_reasons(&state.pool, id, &failed).await?
+    };
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let reason = reasons.remove(&row.version);
+            (row, reason)
+        })
+        .collect())
 }
 
 /// Every version, newest first.

@@ -133,7 +133,10 @@ pub struct NewVersion<'a> {
     pub metadata: &'a Value,
     pub text_splitter_id: Option<Uuid>,
     pub expire_older_versions: bool,
+    /// The encrypted raw text, or the encrypted bytes of a file.
     pub encrypted_text: &'a [u8],
+    /// A file's detected format (`trove_extract::Format::as_str`); `None` for a plain text.
+    pub format: Option<&'a str>,
 }
 
 /// Inserts `pending` versions, their encrypted texts and the outbox entries of their jobs, in
@@ -153,13 +156,14 @@ pub async fn insert(
     let splitters: Vec<Option<Uuid>> = versions.iter().map(|v| v.text_splitter_id).collect();
     let expire_older: Vec<bool> = versions.iter().map(|v| v.expire_older_versions).collect();
     let texts: Vec<&[u8]> = versions.iter().map(|v| v.encrypted_text).collect();
+    let formats: Vec<Option<&str>> = versions.iter().map(|v| v.format).collect();
     sqlx::query_as(concat!(
         "WITH v AS (
            SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[],
-                                $7::uuid[], $8::bool[], $9::timestamptz[], $10::bytea[])
+                                $7::uuid[], $8::bool[], $9::timestamptz[], $10::bytea[], $11::text[])
                     WITH ORDINALITY AS u (id, version, pipeline_id, external_identifier, classification,
                                           metadata, text_splitter_id, expire_older_versions, created_at,
-                                          text, n)
+                                          text, format, n)
          ), d AS (
            INSERT INTO documents (id, version, pipeline_id, external_identifier, classification, metadata, status,
                text_splitter_id, expire_older_versions, created_at, updated_at)
@@ -168,7 +172,8 @@ pub async fn insert(
            FROM v RETURNING ",
         version_columns!(),
         "), t AS (
-           INSERT INTO document_texts (document_id, version, text) SELECT id, version, text FROM v
+           INSERT INTO document_texts (document_id, version, text, format)
+           SELECT id, version, text, format FROM v
          ), j AS (
            INSERT INTO job_outbox (document_id, version) SELECT id, version FROM v
          )
@@ -184,6 +189,7 @@ pub async fn insert(
     .bind(&expire_older)
     .bind(&created)
     .bind(&texts)
+    .bind(&formats)
     .fetch_all(&mut *conn)
     .await
 }
@@ -256,6 +262,23 @@ pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sq
         .execute(&mut *tx)
         .await?;
     tx.commit().await
+}
+
+/// Why versions of a document failed, where a reason is known: `(version, reason)`.
+pub async fn status_reasons(
+    pool: &PgPool,
+    id: Uuid,
+    versions: &[i64],
+) -> Result<HashMap<i64, String>, sqlx::Error> {
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT version, status_reason FROM documents
+         WHERE id = $1 AND version = ANY($2) AND status_reason IS NOT NULL",
+    )
+    .bind(id)
+    .bind(versions)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
 }
 
 /// Selects versions of a document: `version` (exact), `as_of` (as it was then), or current.

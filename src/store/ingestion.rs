@@ -55,8 +55,11 @@ pub struct JobVersion {
     pub expire_older_versions: bool,
     /// The document has older versions.
     pub has_older: bool,
-    /// The encrypted raw text, until the version is processed.
+    /// The encrypted raw text, until the version is processed (`None` for a file: its bytes
+    /// are read one file at a time, [`file_bytes`]).
     pub text: Option<Vec<u8>>,
+    /// A file's format, until the version is processed; `None` for a plain text.
+    pub format: Option<String>,
 }
 
 /// The versions `(ids[i], versions[i])` that still exist, in one statement.
@@ -69,7 +72,7 @@ pub async fn job_versions(
         "SELECT d.id, d.version, d.status, d.classification, d.metadata, d.text_splitter_id, d.expired_at,
                 d.expire_older_versions,
                 EXISTS (SELECT 1 FROM documents o WHERE o.id = d.id AND o.version < d.version) AS has_older,
-                t.text
+                CASE WHEN t.format IS NULL THEN t.text END AS text, t.format
          FROM unnest($1::uuid[], $2::bigint[]) AS j (id, version)
          JOIN documents d ON d.id = j.id AND d.version = j.version
          LEFT JOIN document_texts t ON t.document_id = d.id AND t.version = d.version",
@@ -78,6 +81,47 @@ pub async fn job_versions(
     .bind(versions)
     .fetch_all(pool)
     .await
+}
+
+/// The encrypted bytes of a file submitted as a document, until it is processed.
+pub async fn file_bytes(
+    pool: &PgPool,
+    id: Uuid,
+    version: i64,
+) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT text FROM document_texts WHERE document_id = $1 AND version = $2")
+        .bind(id)
+        .bind(version)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Marks a version still `pending` `failed` with the reason (a file whose text could not be
+/// extracted) and drops its raw bytes, in one transaction. Returns whether it was pending.
+pub async fn mark_failed_with_reason(
+    pool: &PgPool,
+    id: Uuid,
+    version: i64,
+    reason: &str,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let updated = sqlx::query(
+        "UPDATE documents SET status = 'failed', status_reason = $3, updated_at = now()
+         WHERE id = $1 AND version = $2 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(version)
+    .bind(reason)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    sqlx::query("DELETE FROM document_texts WHERE document_id = $1 AND version = $2")
+        .bind(id)
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(updated > 0)
 }
 
 /// A text splitter's provider and parameters.

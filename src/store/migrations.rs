@@ -102,6 +102,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "word_counts",
         sql: include_str!("../../migrations/0017_word_counts.sql"),
     },
+    Migration {
+        version: 18,
+        name: "document_files",
+        sql: include_str!("../../migrations/0018_document_files.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -20,6 +20,7 @@ mod embedding;
 mod enriched;
 mod examples;
 mod fake_llm;
+mod files;
 mod filter_fuzz;
 mod hostile_input;
 mod hybrid;

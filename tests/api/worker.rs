@@ -1073,6 +1073,7 @@ async fn commit_without_publishing(app: &TestApp, pid: &str, external_identifier
             text_splitter_id: None,
             expire_older_versions: true,
             encrypted_text: &encrypted,
+            format: None,
         }],
     )
     .await
