@@ -298,9 +298,9 @@ impl DocumentsApi {
     /// Read a document
     ///
     /// `version` selects one version (expired or not); `as_of` reads the document as it was
-    /// at that time; neither gives the current versions. Newest first. Each version carries
-    /// `status_reason` (an extension): why a `failed` version failed when a reason is known
-    /// (a file whose text could not be extracted), null otherwise.
+    /// at that time; neither gives the current versions. Newest first. A `failed` version
+    /// whose reason is known (a file whose text could not be extracted) carries it as
+    /// `status_reason` (an extension); no other version has the field.
     #[oai(
         path = "/pipelines/:pipeline_id/documents/:document_id",
         method = "get"

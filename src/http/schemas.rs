@@ -268,8 +268,10 @@ pub struct DocumentVersionRead {
     #[oai(flatten)]
     pub version: DocumentVersion,
     /// Extension: why a `failed` version failed, when a reason is known (a file whose text
-    /// could not be extracted); null otherwise.
-    #[oai(nullable)]
+    /// could not be extracted); absent otherwise, so that every other version reads exactly as
+    /// the interface shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[oai(skip_serializing_if_is_none)]
     pub status_reason: Option<String>,
 }
 

@@ -194,7 +194,7 @@ async fn files_are_extracted_and_found_by_full_text_and_similarity_search() {
         )
         .await;
         let read = read(&app, &pid, version).await;
-        assert_eq!(read["status_reason"], Value::Null, "{read}");
+        assert!(read.get("status_reason").is_none(), "{read}");
     }
 
     // The HTML page's text, as extracted, is its fragment.
@@ -257,7 +257,7 @@ async fn a_file_that_cannot_be_read_fails_alone_with_its_reason() {
     }
     let read = read(&app, &pid, &readable).await;
     assert_eq!(read["status"], "success", "{read}");
-    assert_eq!(read["status_reason"], Value::Null);
+    assert!(read.get("status_reason").is_none(), "{read}");
     // The raw bytes are gone, and nothing comes back.
     assert_eq!(
         app.count(
