@@ -372,3 +372,55 @@ fn combined_with_the_callers_conditions() {
         format!("{sql}\n\n{:#?}", values.0),
     );
 }
+
+/// Lists of more than 1,000 values are tested as `IN` / `NOT IN (SELECT unnest($n))`, bound as
+/// one array, in both renderings (sea-query's and the flat one for huge filters); shorter
+/// lists keep `= ANY` / `<> ALL`.
+#[test]
+fn long_lists_are_tested_against_the_unnested_array() {
+    use sea_query::{Alias, Query};
+    use trove_query::filter;
+    let integers = |n: i64| (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let strings = |n: i64| {
+        (0..n)
+            .map(|i| format!(r#""s{i}""#))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let cases = [
+        ("in", format!(r#"{{"year": {{"$in": [{}]}}}}"#, integers(1001))),
+        (
+            "not_in_under_or",
+            format!(
+                r#"{{"$or": [{{"title": {{"$not-in": [{}]}}}}, {{"year": {{"$gt": 2000}}}}]}}"#,
+                strings(1001)
+            ),
+        ),
+        ("short", format!(r#"{{"year": {{"$in": [{}]}}}}"#, integers(1000))),
+    ];
+    for (name, json) in cases {
+        let typed = filter_common::typed(&json).unwrap();
+        let teq = TeqExpansions::new();
+        let mut rendered = Vec::new();
+        for condition in [
+            filter::compile(&typed, "fragments", &teq),
+            filter::compile_flat(&typed, "fragments", &teq),
+        ] {
+            let (sql, values) = Query::select()
+                .column(Alias::new("id"))
+                .from(Alias::new("fragments"))
+                .cond_where(condition)
+                .build(PostgresQueryBuilder);
+            let arrays: Vec<usize> = values
+                .0
+                .iter()
+                .filter_map(|value| match value {
+                    sea_query::Value::Array(_, Some(values)) => Some(values.len()),
+                    _ => None,
+                })
+                .collect();
+            rendered.push(format!("{sql}\n\narrays bound: {arrays:?}"));
+        }
+        snapshot_text(&format!("filter_long_list_{name}"), name, rendered.join("\n\n"));
+    }
+}

@@ -143,6 +143,10 @@ pub fn connect_lazy_with_timeout(
         ("hnsw.ef_search", SESSION_EF_SEARCH.to_string()),
         ("max_parallel_workers_per_gather", "0".to_owned()),
         ("jit", "off".to_owned()),
+        // A metadata filter's long `$in` / `$not-in` list is hashed once per statement: under
+        // an OR or a NOT only if its hash table fits in work_mem × this (4 MB × 8), which a
+        // list filling a 2 MB body needs.
+        ("hash_mem_multiplier", "8".to_owned()),
         (
             "statement_timeout",
             format!("{}ms", statement_timeout.as_millis()),

@@ -41,7 +41,10 @@
 //!
 //! Lists are bound as one parameter of the field's array type (`= ANY($1)`, `<> ALL($1)`
 //! with a `text[]`, `bigint[]`, `double precision[]` or `boolean[]` value), which the planner
-//! sees as a constant array (hashed when long) rather than text to parse for every row. A list
+//! sees as a constant array rather than text to parse for every row; a list of more than
+//! 1,000 values as `IN` / `NOT IN (SELECT unnest($1))`, which the database hashes once
+//! without estimating each value (the same three-valued results: unknown where the field is
+//! missing or null, the lists holding no null). A list
 //! holding an integer beyond 64 bits is bound as a Postgres array literal cast to `bigint[]`
 //! instead, so the database refuses it when the statement runs, as it refuses such a single
 //! value.
@@ -88,6 +91,13 @@ const SEA_QUERY_DEPTH: usize = 256;
 /// The fewest comparisons of one integer field that [`Tree::range_sets`] turns into one range
 /// set test: fewer keep the comparisons a metadata index serves.
 const RANGE_SET_MIN_LEAVES: usize = 64;
+
+/// A `$in` / `$not-in` list longer than this is tested as `field IN (SELECT unnest(list))` /
+/// `NOT IN`: the database hashes the list once, by a semi-join where the test is a condition of
+/// the whole filter, else by a hashed subplan. As `= ANY(list)`, the planner estimates the
+/// test element by element (about 4 µs each, twice per search: 150,000 integers took 1.2 s
+/// before the statement ran).
+const LONG_LIST: usize = 1_000;
 
 /// Most interval steps spent computing one range set (a few milliseconds).
 const RANGE_SET_MAX_WORK: usize = 4_000_000;
@@ -289,6 +299,21 @@ enum Bound {
 }
 
 impl Bound {
+    /// The list and the SQL of a membership test of it, when it is a list of more than
+    /// [`LONG_LIST`] values: `IN` or `NOT IN (SELECT unnest(<list>))`.
+    fn long_list(&self, op: MembershipOp) -> Option<(&Value, &'static str)> {
+        match self {
+            Bound::Value(list @ Value::Array(_, Some(values))) if values.len() > LONG_LIST => {
+                let keyword = match op {
+                    MembershipOp::In => "IN",
+                    MembershipOp::NotIn => "NOT IN",
+                };
+                Some((list, keyword))
+            }
+            _ => None,
+        }
+    }
+
     fn expr(&self) -> Expr {
         match self {
             Bound::Value(value) => Expr::val(value.clone()),
@@ -458,6 +483,12 @@ impl Leaf {
             Test::Known(result) => Expr::cust(known_sql(&self.field, *result)),
             Test::Like(LikeOp::Like, pattern) => field.like(pattern.as_str()),
             Test::Like(LikeOp::ILike, pattern) => field.ilike(pattern.as_str()),
+            Test::Membership(op, list) if let Some((values, keyword)) = list.long_list(*op) => {
+                Expr::cust_with_values(
+                    format!("({}) {keyword} (SELECT unnest($1))", self.field),
+                    [values.clone()],
+                )
+            }
             Test::Membership(MembershipOp::In, list) => field.eq(PgFunc::any(list.expr())),
             Test::Membership(MembershipOp::NotIn, list) => field.ne(PgFunc::all(list.expr())),
             Test::InRanges(literal) => Expr::cust_with_values(
@@ -469,6 +500,18 @@ impl Leaf {
 
     /// Writes the comparison as SQL, its value as the next numbered parameter.
     fn write_flat(&self, sql: &mut String, values: &mut Vec<Value>) {
+        if let Test::Membership(op, list) = &self.test
+            && let Some((list, keyword)) = list.long_list(*op)
+        {
+            values.push(list.clone());
+            let _ = write!(
+                sql,
+                "({}) {keyword} (SELECT unnest(${}))",
+                self.field,
+                values.len()
+            );
+            return;
+        }
         let (operator, value, suffix) = match &self.test {
             Test::Known(result) => {
                 sql.push_str(&known_sql(&self.field, *result));
