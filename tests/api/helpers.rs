@@ -255,6 +255,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         republish_after: options
             .republish_after
             .unwrap_or(trove::config::DEFAULT_REPUBLISH_AFTER),
+        replicas: config.queue.replicas,
     };
     let queue = config.queue.clone();
     let app = Application::build(config)
