@@ -455,3 +455,35 @@ async fn existing_stream_with_other_replicas_is_reported() {
         Some(3.0)
     );
 }
+
+/// `TROVE_QUEUE_REPLICAS=3` on a single server: the server refuses the stream, Trove starts
+/// anyway and keeps retrying, submissions answer 500 `NATS error`, and the metrics show no
+/// stream against the setting.
+#[tokio::test]
+async fn replicas_above_a_single_server_are_refused_not_hidden() {
+    let app = spawn_app_with(AppOptions {
+        env: HashMap::from([("TROVE_QUEUE_REPLICAS".to_owned(), "3".to_owned())]),
+        no_worker: true,
+        ..AppOptions::default()
+    })
+    .await;
+    assert_eq!(metric(&app, "trove_queue_stream_replicas").await, Some(0.0));
+    assert_eq!(
+        metric(&app, "trove_queue_stream_replicas_setting").await,
+        Some(3.0)
+    );
+    let pid = app.new_pipeline_id(json!({})).await;
+    let reply = app
+        .submit(
+            &pid,
+            &json!({"external_identifier": "x", "classification": "public", "text": "no stream"}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.message(), "NATS error");
+}
