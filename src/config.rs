@@ -72,6 +72,9 @@ pub struct QueueNames {
     /// (its outbox entry is still there) has its job published again by the workers' sweep
     /// (`TROVE_PENDING_REPUBLISH_AFTER`).
     pub republish_after: std::time::Duration,
+    /// Replicas of the stream when Trove creates it (`TROVE_QUEUE_REPLICAS`, 1–5). An existing
+    /// stream keeps its own; a different count is reported, not changed.
+    pub replicas: usize,
 }
 
 /// The default ack wait: a dead worker's jobs come back within 20 seconds, while a live
@@ -92,6 +95,7 @@ impl Default for QueueNames {
             redelivery_delay: std::time::Duration::from_secs(10),
             ack_wait: DEFAULT_ACK_WAIT,
             republish_after: DEFAULT_REPUBLISH_AFTER,
+            replicas: 1,
         }
     }
 }
@@ -100,7 +104,10 @@ impl Default for QueueNames {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub database_url: Secret<String>,
-    pub nats_url: String,
+    /// The NATS servers (`TROVE_NATS_URL`, comma-separated): the client connects to one of
+    /// them and moves to another when it goes away. Their user info is a secret: never log
+    /// them.
+    pub nats_urls: Vec<String>,
     pub listen: SocketAddr,
     pub master_key: Option<MasterKey>,
     /// AES-256-GCM key for data at rest.
@@ -336,7 +343,7 @@ impl Config {
         let get = |name: &str| get(name).filter(|v| !v.is_empty());
         let database_url =
             get("TROVE_DATABASE_URL").ok_or_else(|| err("TROVE_DATABASE_URL", "required"))?;
-        let nats_url = get("TROVE_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+        let nats_urls = nats_urls_from(&get)?;
         let listen = parse_addr("TROVE_LISTEN", get("TROVE_LISTEN"), "127.0.0.1:8080")?;
         let master_key = master_key_from(&get)?;
         let secret = secret_from(&get)?;
@@ -374,7 +381,7 @@ impl Config {
 
         Ok(Self {
             database_url: Secret::new(database_url),
-            nats_url,
+            nats_urls,
             listen,
             master_key,
             secret: Secret::new(secret),
@@ -395,6 +402,7 @@ impl Config {
             queue: QueueNames {
                 ack_wait,
                 republish_after,
+                replicas: queue_replicas_from(&get)?,
                 ..QueueNames::default()
             },
             hnsw,
@@ -547,6 +555,55 @@ fn worker_concurrency_from(get: Lookup<'_>) -> Result<usize, ConfigError> {
     }
 }
 
+/// The NATS server of `TROVE_NATS_URL` unset.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// `TROVE_NATS_URL`: one or more NATS server addresses, comma-separated (spaces around each
+/// are ignored). An empty entry or one that is not a NATS address stops the start; the message
+/// gives the entry's position, never its text (it may hold a password).
+fn nats_urls_from(get: Lookup<'_>) -> Result<Vec<String>, ConfigError> {
+    let Some(value) = get("TROVE_NATS_URL") else {
+        return Ok(vec![DEFAULT_NATS_URL.to_owned()]);
+    };
+    let mut urls = Vec::new();
+    for (index, entry) in value.split(',').enumerate() {
+        let position = index + 1;
+        let entry = entry.trim();
+        if entry.is_empty() {
+            return Err(err(
+                "TROVE_NATS_URL",
+                format!("entry {position} of the comma-separated list is empty"),
+            ));
+        }
+        if let Err(error) = entry.parse::<async_nats::ServerAddr>() {
+            return Err(err(
+                "TROVE_NATS_URL",
+                format!("entry {position} is not a NATS server address ({error})"),
+            ));
+        }
+        urls.push(entry.to_owned());
+    }
+    Ok(urls)
+}
+
+/// `TROVE_QUEUE_REPLICAS`: replicas of the stream Trove creates, 1 (default) to 5.
+fn queue_replicas_from(get: Lookup<'_>) -> Result<usize, ConfigError> {
+    match get("TROVE_QUEUE_REPLICAS") {
+        None => Ok(1),
+        Some(value) => value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| (1..=5).contains(n))
+            .ok_or_else(|| {
+                err(
+                    "TROVE_QUEUE_REPLICAS",
+                    format!("expected a number from 1 to 5, got {value:?}"),
+                )
+            }),
+    }
+}
+
 /// `TROVE_EMBED_THREADS`: threads of each local model, 0 (default) for one per core.
 fn embed_threads_from(get: Lookup<'_>) -> Result<usize, ConfigError> {
     match get("TROVE_EMBED_THREADS") {
@@ -686,7 +743,8 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(c.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(c.nats_urls, ["nats://127.0.0.1:4222"]);
+        assert_eq!(c.queue.replicas, 1);
         assert!(c.run_worker);
         assert!(c.master_key.is_none());
         assert_eq!(format!("{:?}", c.database_url), "Secret(***)");
@@ -705,6 +763,78 @@ mod tests {
                 let e = with(&[(variable, value)]).unwrap_err();
                 assert_eq!(e.variable, variable, "{value}");
             }
+        }
+    }
+
+    #[test]
+    fn nats_servers_are_a_list() {
+        let c = with(&[("TROVE_NATS_URL", "nats://127.0.0.1:4222")]).unwrap();
+        assert_eq!(c.nats_urls, ["nats://127.0.0.1:4222"]);
+        let c = with(&[(
+            "TROVE_NATS_URL",
+            " nats://a:4222 ,nats://b:4223,  tls://user:pw@c:4224 ",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.nats_urls,
+            ["nats://a:4222", "nats://b:4223", "tls://user:pw@c:4224"]
+        );
+        // A host without a scheme is a NATS address, as the client reads it.
+        assert_eq!(
+            with(&[("TROVE_NATS_URL", "a:4222")]).unwrap().nats_urls,
+            ["a:4222"]
+        );
+        for (value, reason) in [
+            (
+                "nats://a:4222,,nats://b:4222",
+                "entry 2 of the comma-separated list is empty",
+            ),
+            (
+                "nats://a:4222,",
+                "entry 2 of the comma-separated list is empty",
+            ),
+            (
+                ",nats://a:4222",
+                "entry 1 of the comma-separated list is empty",
+            ),
+            (" , ", "entry 1 of the comma-separated list is empty"),
+            (
+                "nats://a:4222, http://user:hunter2@b:80",
+                "entry 2 is not a NATS server address",
+            ),
+            ("nats://a:99999", "entry 1 is not a NATS server address"),
+        ] {
+            let e = with(&[("TROVE_NATS_URL", value)]).unwrap_err();
+            assert_eq!(e.variable, "TROVE_NATS_URL", "{value}");
+            assert!(e.reason.starts_with(reason), "{value}: {}", e.reason);
+            assert!(!e.to_string().contains("hunter2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn queue_replicas_are_checked() {
+        assert_eq!(with(&[]).unwrap().queue.replicas, 1);
+        for n in 1..=5 {
+            let value = n.to_string();
+            let c = Config::from_lookup(lookup(&[
+                ("TROVE_DATABASE_URL", "postgres://x"),
+                ("TROVE_SECRET", SECRET),
+                ("TROVE_QUEUE_REPLICAS", &value),
+            ]))
+            .unwrap();
+            assert_eq!(c.queue.replicas, n);
+        }
+        assert_eq!(
+            with(&[("TROVE_QUEUE_REPLICAS", " 3 ")])
+                .unwrap()
+                .queue
+                .replicas,
+            3
+        );
+        for value in ["0", "6", "-1", "x", "2.5", "99999999999999999999999"] {
+            let e = with(&[("TROVE_QUEUE_REPLICAS", value)]).unwrap_err();
+            assert_eq!(e.variable, "TROVE_QUEUE_REPLICAS", "{value}");
+            assert!(e.reason.contains("from 1 to 5"), "{value}: {}", e.reason);
         }
     }
 

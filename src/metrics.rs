@@ -126,6 +126,18 @@ impl ApiMetrics {
         }
     }
 
+    /// Adds metrics kept elsewhere (the queue's replica gauges).
+    pub fn register(
+        &self,
+        collectors: impl IntoIterator<Item = Box<dyn prometheus::core::Collector>>,
+    ) {
+        for collector in collectors {
+            if let Err(error) = self.registry.register(collector) {
+                tracing::error!(%error, "metric registration failed");
+            }
+        }
+    }
+
     /// The exposition text.
     pub fn render(&self) -> String {
         render(&self.registry)

@@ -66,7 +66,7 @@ impl Application {
             store::install::install_if_needed(&pool, config.master_key.as_ref(), default_embedding)
                 .await?;
         }
-        let queue = Queue::connect(&config.nats_url, config.queue.clone())
+        let queue = Queue::connect(&config.nats_urls, config.queue.clone())
             .await
             .map_err(|e| StartError::Nats(e.to_string()))?;
         // Create the stream before serving when NATS answers; otherwise keep trying in the
@@ -180,7 +180,7 @@ pub async fn run_worker_only(
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let queue = Queue::connect(&config.nats_url, config.queue.clone())
+    let queue = Queue::connect(&config.nats_urls, config.queue.clone())
         .await
         .map_err(|e| StartError::Nats(e.to_string()))?;
     let state = AppState::new(pool, config, queue)?;

@@ -55,11 +55,13 @@ impl AppState {
             Some(client) => TextSplitting::Sidecar(client),
             None => TextSplitting::InProcess(embedders.local_models().clone()),
         };
+        let metrics = ApiMetrics::new();
+        metrics.register(queue.replica_gauges().collectors());
         Ok(Self {
             queued_jobs: QueuedJobs::new(pool.clone()),
             pool,
             config: Arc::new(config),
-            metrics: ApiMetrics::new(),
+            metrics,
             queue,
             cipher,
             embedders,

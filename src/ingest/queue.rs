@@ -15,24 +15,84 @@ pub struct Queue {
     client: async_nats::Client,
     jetstream: jetstream::Context,
     names: QueueNames,
+    replicas: ReplicaGauges,
+}
+
+/// The stream's replica count as last seen and the one configured, for the metrics of the
+/// process (`trove_queue_stream_replicas`, `trove_queue_stream_replicas_setting`): they differ
+/// when the stream was created with another count, or is not there yet (0).
+#[derive(Clone)]
+pub struct ReplicaGauges {
+    pub stream: prometheus::IntGauge,
+    pub setting: prometheus::IntGauge,
+}
+
+impl ReplicaGauges {
+    fn new(setting: usize) -> Self {
+        let gauge = |name: &str, help: &str| {
+            prometheus::IntGauge::new(name, help)
+                .unwrap_or_else(|_| unreachable!("valid metric name"))
+        };
+        let gauges = Self {
+            stream: gauge(
+                "trove_queue_stream_replicas",
+                "replicas of the queue's stream as last seen (0: not seen yet)",
+            ),
+            setting: gauge(
+                "trove_queue_stream_replicas_setting",
+                "replicas the queue's stream is created with (TROVE_QUEUE_REPLICAS)",
+            ),
+        };
+        gauges.setting.set(gauge_value(setting));
+        gauges
+    }
+
+    /// Both gauges, to register with a process's registry.
+    pub fn collectors(&self) -> [Box<dyn prometheus::core::Collector>; 2] {
+        [
+            Box::new(self.stream.clone()),
+            Box::new(self.setting.clone()),
+        ]
+    }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A stream's replica count (JetStream reads 0 as 1).
+fn replicas_of(config: &stream::Config) -> usize {
+    config.num_replicas.max(1)
 }
 
 impl Queue {
-    /// Connects to NATS. The connection is retried in the background, so a NATS server that is
-    /// down at start is reported per request (`NATS error`) rather than by a crash.
-    pub async fn connect(url: &str, names: QueueNames) -> Result<Self, async_nats::ConnectError> {
+    /// Connects to NATS: to one of `urls` (servers of one cluster), moving to another one of
+    /// them, or of the servers the cluster announces, when it goes away. The connection is
+    /// retried in the background, so a NATS that is down at start is reported per request
+    /// (`NATS error`) rather than by a crash.
+    pub async fn connect(
+        urls: &[String],
+        names: QueueNames,
+    ) -> Result<Self, async_nats::ConnectError> {
         let client = async_nats::ConnectOptions::new()
             .retry_on_initial_connect()
             .connection_timeout(Duration::from_secs(5))
             .request_timeout(Some(Duration::from_secs(5)))
-            .connect(url)
+            .connect(urls)
             .await?;
         let jetstream = jetstream::new(client.clone());
+        let replicas = ReplicaGauges::new(names.replicas);
         Ok(Self {
             client,
             jetstream,
             names,
+            replicas,
         })
+    }
+
+    /// The replica gauges (registered by the API's and the worker's metrics).
+    pub fn replica_gauges(&self) -> &ReplicaGauges {
+        &self.replicas
     }
 
     /// The names of the stream, subjects and consumer.
@@ -53,17 +113,39 @@ impl Queue {
             max_age: JOB_RETENTION,
             storage: stream::StorageType::File,
             retention: stream::RetentionPolicy::Limits,
+            num_replicas: self.names.replicas,
             ..Default::default()
         }
     }
 
-    /// Creates the stream when it does not exist.
+    /// Creates the stream when it does not exist, with `TROVE_QUEUE_REPLICAS` replicas. An
+    /// existing stream is left as it is: when its replica count differs from the setting, a
+    /// warning says so at every start and the metrics show both counts (an operator changes
+    /// it with `nats stream edit <stream> --replicas <n>`).
     pub async fn ensure_stream(&self) -> Result<(), QueueError> {
-        self.jetstream
+        let stream = self
+            .jetstream
             .get_or_create_stream(self.stream_config())
             .await
-            .map(|_| ())
-            .map_err(QueueError::new)
+            .map_err(QueueError::new)?;
+        let replicas = self.saw_stream(&stream.cached_info().config);
+        if replicas != self.names.replicas {
+            tracing::warn!(
+                stream = %self.names.stream,
+                stream_replicas = replicas,
+                setting = self.names.replicas,
+                "the queue's stream exists with another replica count than TROVE_QUEUE_REPLICAS; \
+                 it is left as it is (nats stream edit <stream> --replicas <n> changes it)"
+            );
+        }
+        Ok(())
+    }
+
+    /// Records the stream's replica count in its gauge and returns it.
+    fn saw_stream(&self, config: &stream::Config) -> usize {
+        let replicas = replicas_of(config);
+        self.replicas.stream.set(gauge_value(replicas));
+        replicas
     }
 
     /// Jobs waiting or being processed: the workers' consumer's jobs not yet delivered plus
@@ -85,6 +167,7 @@ impl Queue {
             }
             Err(e) => return Err(QueueError::new(e)),
         };
+        self.saw_stream(&stream.cached_info().config);
         match stream.consumer_info(&self.names.consumer).await {
             Ok(info) => Ok(info
                 .num_pending

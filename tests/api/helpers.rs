@@ -192,6 +192,9 @@ pub struct AppOptions {
     pub env: HashMap<String, String>,
     /// An existing database to reuse (restart tests).
     pub database: Option<String>,
+    /// The stream, subjects and consumer of an earlier app to use (its timings and replicas
+    /// are this app's own).
+    pub queue_of: Option<QueueNames>,
     /// Do not start the in-process worker.
     pub no_worker: bool,
     /// Shorter redelivery delay of failed jobs (default 10 s).
@@ -244,10 +247,18 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
     env.extend(options.env);
     let mut config = Config::from_lookup(|k| env.get(k).cloned()).expect("test configuration");
     let tag = Uuid::new_v4().simple().to_string();
+    let (stream, subject_prefix, consumer) = match options.queue_of {
+        Some(names) => (names.stream, names.subject_prefix, names.consumer),
+        None => (
+            format!("TEST_{tag}"),
+            format!("test.{tag}"),
+            format!("test-{tag}"),
+        ),
+    };
     config.queue = QueueNames {
-        stream: format!("TEST_{tag}"),
-        subject_prefix: format!("test.{tag}"),
-        consumer: format!("test-{tag}"),
+        stream,
+        subject_prefix,
+        consumer,
         redelivery_delay: options
             .redelivery_delay
             .unwrap_or(std::time::Duration::from_secs(10)),
@@ -255,6 +266,7 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         republish_after: options
             .republish_after
             .unwrap_or(trove::config::DEFAULT_REPUBLISH_AFTER),
+        replicas: config.queue.replicas,
     };
     let queue = config.queue.clone();
     let app = Application::build(config)

@@ -33,6 +33,7 @@ mod llms;
 mod local_models;
 mod mcp;
 mod mcp_client;
+mod nats_cluster;
 mod pipelines;
 mod relay;
 mod rerank;
