@@ -388,7 +388,10 @@ fn long_lists_are_tested_against_the_unnested_array() {
             .join(",")
     };
     let cases = [
-        ("in", format!(r#"{{"year": {{"$in": [{}]}}}}"#, integers(1001))),
+        (
+            "in",
+            format!(r#"{{"year": {{"$in": [{}]}}}}"#, integers(1001)),
+        ),
         (
             "not_in_under_or",
             format!(
@@ -396,7 +399,10 @@ fn long_lists_are_tested_against_the_unnested_array() {
                 strings(1001)
             ),
         ),
-        ("short", format!(r#"{{"year": {{"$in": [{}]}}}}"#, integers(1000))),
+        (
+            "short",
+            format!(r#"{{"year": {{"$in": [{}]}}}}"#, integers(1000)),
+        ),
     ];
     for (name, json) in cases {
         let typed = filter_common::typed(&json).unwrap();
@@ -421,6 +427,10 @@ fn long_lists_are_tested_against_the_unnested_array() {
                 .collect();
             rendered.push(format!("{sql}\n\narrays bound: {arrays:?}"));
         }
-        snapshot_text(&format!("filter_long_list_{name}"), name, rendered.join("\n\n"));
+        snapshot_text(
+            &format!("filter_long_list_{name}"),
+            name,
+            rendered.join("\n\n"),
+        );
     }
 }
