@@ -27,7 +27,7 @@ fn run_denied(id: &str) -> String {
 }
 
 /// The documents of [`pipeline_with_documents`]: name, `team` metadata, text.
-const DOCUMENTS: [(&str, &str, &str); 3] = [
+pub(crate) const DOCUMENTS: [(&str, &str, &str); 3] = [
     (
         "cats",
         "pets",

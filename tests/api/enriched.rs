@@ -9,6 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::agents::DOCUMENTS;
 use crate::fake_llm::{Answer, FakeLlm, Reply as FakeReply};
 use crate::helpers::{
     Reply, Req, TestApp, assert_error, assert_invalid, assert_not_found_with_id, assert_plain,
@@ -21,25 +22,6 @@ const PATH: &str = "/compat/v1/chat/completions";
 const MISSING_HEADERS: &str = "Missing required headers: either all of X-Agent-Id, X-Pipeline-Id, and X-Pipeline-Classification must be provided, or none of them";
 
 const NOT_IMPLEMENTED: &str = "Trove enriched completions not implemented yet";
-
-/// The fragments of [`Setup::new`]'s pipeline: name, `team` metadata, text.
-const DOCUMENTS: [(&str, &str, &str); 3] = [
-    (
-        "cats",
-        "pets",
-        "Cats purr and sleep in the sun all afternoon.",
-    ),
-    (
-        "dogs",
-        "pets",
-        "Dogs bark at the mailman and fetch sticks in the park.",
-    ),
-    (
-        "ships",
-        "sea",
-        "Container ships cross the ocean carrying cargo.",
-    ),
-];
 
 /// An agent that retrieves one fragment for its question and remembers the conversation.
 fn agent_body(name: &str) -> Value {
@@ -581,18 +563,7 @@ async fn refused_requests_send_nothing_and_answer_the_interfaces_errors() {
             )
             .await,
     );
-    let reply = send(
-        setup
-            .app
-            .req(Method::POST, PATH)
-            .as_key(&key)
-            .header("x-llm-id", &setup.llm)
-            .header("X-Agent-Id", agent)
-            .header("X-Pipeline-Id", &setup.pid)
-            .header("X-Pipeline-Classification", "public")
-            .json(&body),
-    )
-    .await;
+    let reply = send(setup.request(agent).as_key(&key).json(&body)).await;
     assert_error(
         &reply,
         StatusCode::FORBIDDEN,
@@ -608,18 +579,7 @@ async fn refused_requests_send_nothing_and_answer_the_interfaces_errors() {
             )
             .await,
     );
-    let reply = send(
-        setup
-            .app
-            .req(Method::POST, PATH)
-            .as_key(&key)
-            .header("x-llm-id", &setup.llm)
-            .header("X-Agent-Id", agent)
-            .header("X-Pipeline-Id", &setup.pid)
-            .header("X-Pipeline-Classification", "public")
-            .json(&body),
-    )
-    .await;
+    let reply = send(setup.request(agent).as_key(&key).json(&body)).await;
     assert_not_found_with_id(&reply, "LLM not found", &setup.llm);
     let reply = send(setup.request(&setup.agent).json(&json!({
         "messages": conversation(),
