@@ -8,7 +8,7 @@
 //!    extracted again and again for about 1.5 s (default limits); MB/s of the file's bytes,
 //!    and pages/s for PDFs. The large PDF of step 2 is extracted once more in this process.
 //! 2. Peak memory: a PDF of tens of MB (400 pages, each with 60 lines of text and an
-//!    incompressible 96 KiB image, as scanned-and-OCRed documents are) is written with lopdf
+//!    incompressible 96 KiB image in its resources, not drawn) is written with lopdf
 //!    to a temporary file; a child process of this bench reads it, notes its peak resident set
 //!    (`VmHWM`), extracts it and notes the peak again: the difference is extraction's.
 //! 3. Upload: Trove in this process with its worker (`hash` embedder), a temporary folder of
@@ -101,20 +101,6 @@ fn large_pdf() -> Vec<u8> {
             pixels,
         ));
         let mut operations = vec![
-            Operation::new("q", vec![]),
-            Operation::new(
-                "cm",
-                vec![
-                    200.into(),
-                    0.into(),
-                    0.into(),
-                    400.into(),
-                    300.into(),
-                    400.into(),
-                ],
-            ),
-            Operation::new("Do", vec!["Im1".into()]),
-            Operation::new("Q", vec![]),
             Operation::new("BT", vec![]),
             Operation::new("Tf", vec!["F1".into(), 9.into()]),
             Operation::new("TL", vec![12.into()]),
@@ -280,7 +266,7 @@ async fn upload(count: usize) {
             "/pipelines",
             Some(json!({"name": "bench", "embedding_model_id": model["id"],
                         "default_text_splitter_id": splitters["data"][0]["id"],
-                        "has_full_text_search": true})),
+                        "classifications": ["public"], "has_full_text_search": true})),
         )
         .await;
     let root = std::env::temp_dir().join(format!("trove-bench-upload-{}", uuid::Uuid::new_v4()));
