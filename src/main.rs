@@ -27,8 +27,9 @@ enum Command {
     Sidecar,
     /// Apply pending migrations and exit.
     Migrate,
-    /// Upload files as documents to a running Trove (`POST /pipelines/{pipeline_id}/files`),
-    /// with a progress bar; prints each version created as a line of JSON.
+    /// Upload files and folders as documents to a running Trove
+    /// (`POST /pipelines/{pipeline_id}/files`), with a progress bar; prints each version
+    /// created as a line of JSON, and a summary of the failures; exits with 1 if any.
     Upload(UploadArgs),
 }
 
@@ -49,7 +50,8 @@ struct UploadArgs {
     /// The documents' classification.
     #[arg(long)]
     classification: String,
-    /// The document's external identifier (one file only; default: the file's name).
+    /// The document's external identifier (one file only; default: the path relative to the
+    /// argument, a file argument's own name).
     #[arg(long)]
     external_identifier: Option<String>,
     /// Metadata: a JSON object.
@@ -58,7 +60,19 @@ struct UploadArgs {
     /// Keep the current versions of the documents once the new ones are processed.
     #[arg(long)]
     keep_older_versions: bool,
-    /// The files.
+    /// Files sent at the same time.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    concurrency: u16,
+    /// Wait until every version created is processed (`success` or `failed`) and report the
+    /// failed ones with their reason.
+    #[arg(long)]
+    wait: bool,
+    /// With `--wait`: the most seconds to wait; the versions still pending then count as
+    /// failures.
+    #[arg(long, default_value_t = 3600, requires = "wait")]
+    wait_timeout: u64,
+    /// Files and folders (walked; each file's external identifier is its path relative to the
+    /// folder).
     #[arg(required = true)]
     files: Vec<std::path::PathBuf>,
 }
@@ -147,11 +161,25 @@ fn upload(args: UploadArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(trove::upload::run(target, &args.files)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let options = trove::upload::UploadOptions {
+        concurrency: usize::from(args.concurrency),
+        wait: args
+            .wait
+            .then(|| std::time::Duration::from_secs(args.wait_timeout)),
+        ..trove::upload::UploadOptions::default()
+    };
+    match runtime.block_on(trove::upload::run(target, &args.files, &options)) {
+        Ok(summary) => {
+            eprintln!("trove upload: {}", summary.report(args.wait));
+            if summary.is_success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         Err(error) => {
             eprintln!("trove upload: {error}");
-            ExitCode::from(1)
+            ExitCode::from(2)
         }
     }
 }

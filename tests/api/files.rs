@@ -530,7 +530,7 @@ async fn trove_upload_sends_files_as_the_route_expects() {
     let folder = format!("{}/tests/fixtures/files", env!("CARGO_MANIFEST_DIR"));
     let client = reqwest::Client::new();
     let path = std::path::Path::new(&folder).join("notes.docx");
-    let version = trove::upload::upload_file(&client, &target, &path, false)
+    let version = trove::upload::upload_file(&client, &target, &path)
         .await
         .unwrap();
     assert_eq!(keys_of(&version), VERSION_FIELDS, "{version}");
@@ -541,14 +541,11 @@ async fn trove_upload_sends_files_as_the_route_expects() {
         &client,
         &target,
         &std::path::Path::new(&folder).join("image.png"),
-        false,
     )
     .await
     .unwrap_err();
     assert!(
-        error.ends_with(
-            "image.png: 415 Unsupported Media Type {\"error\":{\"details\":{\"supported\":[\"application/pdf\",\"application/vnd.openxmlformats-officedocument.wordprocessingml.document\",\"application/vnd.oasis.opendocument.text\",\"text/html\",\"text/markdown\",\"text/plain\"]},\"message\":\"Unsupported file type: image/png\"}}"
-        ),
+        error.ends_with("image.png: 415 Unsupported Media Type Unsupported file type: image/png"),
         "{error}"
     );
     // One external identifier names one file.
@@ -556,9 +553,133 @@ async fn trove_upload_sends_files_as_the_route_expects() {
         external_identifier: Some("x".to_owned()),
         ..target
     };
+    let options = trove::upload::UploadOptions {
+        progress: false,
+        print_versions: false,
+        ..trove::upload::UploadOptions::default()
+    };
     assert_eq!(
-        trove::upload::run(several, &[path.clone(), path]).await,
-        Err("--external-identifier names one file; give one file".to_owned())
+        trove::upload::run(several.clone(), &[path.clone(), path], &options)
+            .await
+            .unwrap_err(),
+        "--external-identifier names one file; give one file"
+    );
+    assert_eq!(
+        trove::upload::run(several, &[std::path::PathBuf::from(&folder)], &options)
+            .await
+            .unwrap_err(),
+        "--external-identifier names one file; give one file"
     );
     assert_eq!(documents_in(&app, &pid).await, 1);
+}
+
+/// `trove upload --wait` on a folder of mixed files with a worker running: the readable files
+/// are processed under their relative paths, the unreadable and the unsupported ones are the
+/// failures of the summary, with their reasons, and the run fails.
+#[tokio::test]
+async fn trove_upload_walks_a_folder_waits_and_reports_the_failures() {
+    let app = spawn_app_with(AppOptions::default()).await;
+    let pid = pipeline(&app).await;
+    let (key_id, key_secret) = app.master_key();
+    let root = std::env::temp_dir().join(format!("trove-upload-{}", uuid::Uuid::new_v4()));
+    for (name, fixture_name) in [
+        ("report.pdf", "report.pdf"),
+        ("sub/notes.docx", "notes.docx"),
+        ("sub/page.html", "page.html"),
+        ("sub/deeper/guide.md", "guide.md"),
+        ("scans/encrypted.pdf", "encrypted.pdf"),
+        ("image.png", "image.png"),
+    ] {
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, fixture(fixture_name)).unwrap();
+    }
+    let target = trove::upload::UploadTarget {
+        url: app.address.clone(),
+        pipeline_id: uuid::Uuid::parse_str(&pid).unwrap(),
+        key_id,
+        key_secret,
+        classification: "public".to_owned(),
+        external_identifier: None,
+        metadata: None,
+        expire_older_versions: true,
+    };
+    let options = trove::upload::UploadOptions {
+        concurrency: 3,
+        wait: Some(std::time::Duration::from_secs(120)),
+        poll_interval: std::time::Duration::from_millis(200),
+        progress: false,
+        print_versions: false,
+    };
+    // A folder and, beside it, one file named on its own.
+    let single = root.join("sub/deeper/guide.md");
+    let summary = trove::upload::run(target, &[root.join("sub"), root.clone(), single], &options)
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+
+    assert!(!summary.is_success());
+    assert_eq!(summary.files, 3 + 6 + 1);
+    let mut failures: Vec<(String, String)> = summary
+        .failed
+        .iter()
+        .map(|f| {
+            (
+                f.path.strip_prefix(&root).unwrap().display().to_string(),
+                f.reason.clone(),
+            )
+        })
+        .collect();
+    failures.sort();
+    assert_eq!(
+        failures,
+        [
+            (
+                "image.png".to_owned(),
+                "415 Unsupported Media Type Unsupported file type: image/png".to_owned()
+            ),
+            (
+                "scans/encrypted.pdf".to_owned(),
+                "failed: the PDF is encrypted".to_owned()
+            ),
+        ]
+    );
+    let mut processed: Vec<(String, String)> = summary
+        .uploaded
+        .iter()
+        .map(|u| {
+            assert_eq!(
+                u.version["external_identifier"], u.external_identifier,
+                "{}",
+                u.version
+            );
+            (
+                u.external_identifier.clone(),
+                str_of(&u.version, "status").to_owned(),
+            )
+        })
+        .collect();
+    processed.sort();
+    let expected: Vec<(String, String)> = [
+        ("deeper/guide.md", "success"),
+        ("guide.md", "success"),
+        ("notes.docx", "success"),
+        ("page.html", "success"),
+        ("report.pdf", "success"),
+        ("scans/encrypted.pdf", "failed"),
+        ("sub/deeper/guide.md", "success"),
+        ("sub/notes.docx", "success"),
+        ("sub/page.html", "success"),
+    ]
+    .iter()
+    .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+    .collect();
+    assert_eq!(processed, expected);
+    let report = summary.report(true);
+    assert!(report.starts_with("10 files, 9 sent ("), "{report}");
+    assert!(report.contains("), 2 failed, 8 processed\n"), "{report}");
+    assert!(
+        report.contains("scans/encrypted.pdf: failed: the PDF is encrypted"),
+        "{report}"
+    );
 }
