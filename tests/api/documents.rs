@@ -11,7 +11,7 @@ use crate::helpers::{
 };
 
 /// The fields of a document version, sorted.
-const VERSION_FIELDS: [&str; 10] = [
+pub(crate) const VERSION_FIELDS: [&str; 10] = [
     "classification",
     "created_at",
     "expired_at",

@@ -555,14 +555,14 @@ async fn refused_requests_send_nothing_and_answer_the_interfaces_errors() {
 
     // R|X on each: read without execute on the agent is 403, no read 404.
     let agent = &setup.agent;
-    let key = key_of(
-        &setup
-            .app
-            .create_key_with(
-                json!({"name": "r", "permissions": {"agents": 4, "pipelines": 5, "llms": 5}}),
-            )
-            .await,
-    );
+    let app = &setup.app;
+    let key_with = |permissions: Value| async move {
+        key_of(
+            &app.create_key_with(json!({"name": "k", "permissions": permissions}))
+                .await,
+        )
+    };
+    let key = key_with(json!({"agents": 4, "pipelines": 5, "llms": 5})).await;
     let reply = send(setup.request(agent).as_key(&key).json(&body)).await;
     assert_error(
         &reply,
@@ -571,14 +571,7 @@ async fn refused_requests_send_nothing_and_answer_the_interfaces_errors() {
             "Unauthorized: access level AccessLevel(READ | EXECUTE) required for agents with id Some({agent})"
         ),
     );
-    let key = key_of(
-        &setup
-            .app
-            .create_key_with(
-                json!({"name": "x", "permissions": {"agents": 5, "pipelines": 5, "llms": 1}}),
-            )
-            .await,
-    );
+    let key = key_with(json!({"agents": 5, "pipelines": 5, "llms": 1})).await;
     let reply = send(setup.request(agent).as_key(&key).json(&body)).await;
     assert_not_found_with_id(&reply, "LLM not found", &setup.llm);
     let reply = send(setup.request(&setup.agent).json(&json!({

@@ -5,25 +5,12 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use crate::documents::VERSION_FIELDS;
 use crate::helpers::{
     AppOptions, Reply, TestApp, assert_error, assert_invalid_parameter, assert_not_found_with_id,
     assert_plain, eventually, keys_of, spawn_app_with, spawn_app_without_worker, str_of,
     worker_metric,
 };
-
-/// The fields of a document version as a submission answers it, sorted.
-const VERSION_FIELDS: [&str; 10] = [
-    "classification",
-    "created_at",
-    "expired_at",
-    "external_identifier",
-    "id",
-    "metadata",
-    "pipeline_id",
-    "status",
-    "updated_at",
-    "version",
-];
 
 const BOUNDARY: &str = "trove-test-boundary-7d1f";
 
