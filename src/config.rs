@@ -104,6 +104,12 @@ impl Default for QueueNames {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub database_url: Secret<String>,
+    /// Read replicas of the database (`TROVE_DATABASE_READ_URL`, comma-separated), where
+    /// searches read fragments and vectors, each in turn. Secrets like the primary's URL.
+    pub database_read_urls: Vec<Secret<String>>,
+    /// How far behind the primary a replica may be and still serve searches
+    /// (`TROVE_READ_REPLICA_MAX_LAG`).
+    pub read_replica_max_lag: Duration,
     /// The NATS servers (`TROVE_NATS_URL`, comma-separated): the client connects to one of
     /// them and moves to another when it goes away. Their user info is a secret: never log
     /// them.
@@ -344,6 +350,7 @@ impl Config {
         let database_url =
             get("TROVE_DATABASE_URL").ok_or_else(|| err("TROVE_DATABASE_URL", "required"))?;
         let nats_urls = nats_urls_from(&get)?;
+        let database_read_urls = database_read_urls_from(&get)?;
         let listen = parse_addr("TROVE_LISTEN", get("TROVE_LISTEN"), "127.0.0.1:8080")?;
         let master_key = master_key_from(&get)?;
         let secret = secret_from(&get)?;
@@ -381,6 +388,8 @@ impl Config {
 
         Ok(Self {
             database_url: Secret::new(database_url),
+            database_read_urls,
+            read_replica_max_lag: seconds(&get, "TROVE_READ_REPLICA_MAX_LAG", 5.0)?,
             nats_urls,
             listen,
             master_key,
@@ -558,32 +567,60 @@ fn worker_concurrency_from(get: Lookup<'_>) -> Result<usize, ConfigError> {
 /// The NATS server of `TROVE_NATS_URL` unset.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
-/// `TROVE_NATS_URL`: one or more NATS server addresses, comma-separated (spaces around each
-/// are ignored). An empty entry or one that is not a NATS address stops the start; the message
-/// gives the entry's position, never its text (it may hold a password).
+/// `TROVE_NATS_URL`: one or more NATS server addresses, comma-separated.
 fn nats_urls_from(get: Lookup<'_>) -> Result<Vec<String>, ConfigError> {
     let Some(value) = get("TROVE_NATS_URL") else {
         return Ok(vec![DEFAULT_NATS_URL.to_owned()]);
     };
-    let mut urls = Vec::new();
-    for (index, entry) in value.split(',').enumerate() {
-        let position = index + 1;
-        let entry = entry.trim();
-        if entry.is_empty() {
-            return Err(err(
-                "TROVE_NATS_URL",
-                format!("entry {position} of the comma-separated list is empty"),
-            ));
-        }
-        if let Err(error) = entry.parse::<async_nats::ServerAddr>() {
-            return Err(err(
-                "TROVE_NATS_URL",
-                format!("entry {position} is not a NATS server address ({error})"),
-            ));
-        }
-        urls.push(entry.to_owned());
-    }
-    Ok(urls)
+    address_list("TROVE_NATS_URL", &value, |entry| {
+        entry
+            .parse::<async_nats::ServerAddr>()
+            .map(drop)
+            .map_err(|error| format!("is not a NATS server address ({error})"))
+    })
+}
+
+/// `TROVE_DATABASE_READ_URL`: none, or one or more Postgres URLs, comma-separated.
+fn database_read_urls_from(get: Lookup<'_>) -> Result<Vec<Secret<String>>, ConfigError> {
+    let Some(value) = get("TROVE_DATABASE_READ_URL") else {
+        return Ok(Vec::new());
+    };
+    let urls = address_list("TROVE_DATABASE_READ_URL", &value, |entry| {
+        let scheme = entry.split_once("://").map(|(scheme, _)| scheme);
+        let postgres = matches!(scheme, Some("postgres" | "postgresql"))
+            && entry.parse::<sqlx::postgres::PgConnectOptions>().is_ok();
+        postgres
+            .then_some(())
+            .ok_or_else(|| "is not a Postgres URL".to_owned())
+    })?;
+    Ok(urls.into_iter().map(Secret::new).collect())
+}
+
+/// A comma-separated list of server addresses (spaces around each are ignored), each checked
+/// by `check`. An empty entry or one `check` refuses stops the start; the message gives the
+/// entry's position, never its text (it may hold a password).
+fn address_list(
+    variable: &'static str,
+    value: &str,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<Vec<String>, ConfigError> {
+    value
+        .split(',')
+        .enumerate()
+        .map(|(index, entry)| {
+            let position = index + 1;
+            let entry = entry.trim();
+            if entry.is_empty() {
+                return Err(err(
+                    variable,
+                    format!("entry {position} of the comma-separated list is empty"),
+                ));
+            }
+            check(entry)
+                .map(|()| entry.to_owned())
+                .map_err(|reason| err(variable, format!("entry {position} {reason}")))
+        })
+        .collect()
 }
 
 /// `TROVE_QUEUE_REPLICAS`: replicas of the stream Trove creates, 1 (default) to 5.
@@ -809,6 +846,49 @@ mod tests {
             assert!(e.reason.starts_with(reason), "{value}: {}", e.reason);
             assert!(!e.to_string().contains("hunter2"), "{e}");
         }
+    }
+
+    #[test]
+    fn read_replicas_are_a_list() {
+        let c = with(&[]).unwrap();
+        assert!(c.database_read_urls.is_empty());
+        assert_eq!(c.read_replica_max_lag, Duration::from_secs(5));
+        let c = with(&[
+            (
+                "TROVE_DATABASE_READ_URL",
+                " postgres://r1/db , postgresql://u:hunter2@r2:5433/db",
+            ),
+            ("TROVE_READ_REPLICA_MAX_LAG", "0.5"),
+        ])
+        .unwrap();
+        let urls: Vec<&str> = c
+            .database_read_urls
+            .iter()
+            .map(|u| u.expose().as_str())
+            .collect();
+        assert_eq!(
+            urls,
+            ["postgres://r1/db", "postgresql://u:hunter2@r2:5433/db"]
+        );
+        assert_eq!(c.read_replica_max_lag, Duration::from_millis(500));
+        assert!(!format!("{c:?}").contains("hunter2"));
+        for (value, reason) in [
+            (
+                "postgres://r1/db,",
+                "entry 2 of the comma-separated list is empty",
+            ),
+            (
+                "postgres://r1/db, mysql://u:hunter2@r2/db",
+                "entry 2 is not a Postgres URL",
+            ),
+        ] {
+            let e = with(&[("TROVE_DATABASE_READ_URL", value)]).unwrap_err();
+            assert_eq!(e.variable, "TROVE_DATABASE_READ_URL", "{value}");
+            assert_eq!(e.reason, reason, "{value}");
+            assert!(!e.to_string().contains("hunter2"), "{e}");
+        }
+        let e = with(&[("TROVE_READ_REPLICA_MAX_LAG", "0")]).unwrap_err();
+        assert_eq!(e.variable, "TROVE_READ_REPLICA_MAX_LAG");
     }
 
     #[test]

@@ -125,6 +125,11 @@ pub enum ApiError {
     /// 500 with the database's own message.
     #[error("database error: {0}")]
     Database(String),
+    /// 500 with the database's own message, from a statement that a read replica answers
+    /// once it has replayed further (a table it has not got yet) or that its recovery
+    /// cancelled: a search runs it again on the primary.
+    #[error("database error: {0}")]
+    DatabaseBehind(String),
     /// 500 `Database connection error: <reason>`.
     #[error("database connection error: {0}")]
     DatabaseConnection(String),
@@ -215,6 +220,7 @@ impl ApiError {
             Self::NotImplemented(_) | Self::FullTextDisabled(_) => StatusCode::NOT_IMPLEMENTED,
             Self::Internal(_)
             | Self::Database(_)
+            | Self::DatabaseBehind(_)
             | Self::DatabaseConnection(_)
             | Self::Nats(_)
             | Self::Decryption
@@ -283,6 +289,7 @@ impl ApiError {
             Self::Internal(_) | Self::Grpc(_) => "Internal error".to_owned(),
             Self::InvalidHeaderId(message)
             | Self::Database(message)
+            | Self::DatabaseBehind(message)
             | Self::ModelServerUnreachable(message)
             | Self::Plain { message, .. } => message.clone(),
             Self::DatabaseConnection(reason) => format!("Database connection error: {reason}"),
@@ -344,6 +351,7 @@ impl ApiError {
             | Self::ConflictRelated
             | Self::NotImplemented(_)
             | Self::Database(_)
+            | Self::DatabaseBehind(_)
             | Self::DatabaseConnection(_)
             | Self::Nats(_)
             | Self::Decryption
@@ -399,6 +407,7 @@ impl ApiError {
             | Self::ConflictUnique
             | Self::ConflictRelated
             | Self::Database(_)
+            | Self::DatabaseBehind(_)
             | Self::DatabaseConnection(_)
             | Self::Nats(_)
             | Self::NotImplemented(_)

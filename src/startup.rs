@@ -47,7 +47,7 @@ pub struct Application {
 pub async fn migrated_pool(config: &Config) -> Result<store::Pool, StartError> {
     let pool = store::connect_lazy_with_timeout(
         config.database_url.expose(),
-        32,
+        store::POOL_CONNECTIONS,
         config.statement_timeout,
     )
     .map_err(StartError::DatabaseUrl)?;
@@ -134,7 +134,10 @@ impl Application {
             .config
             .run_worker
             .then(|| tokio::spawn(run_worker(self.state.clone(), worker_stopped)));
-        let mut sweeps = vec![tokio::spawn(sweep_traces(self.state.pool.clone()))];
+        let mut sweeps = vec![
+            tokio::spawn(sweep_traces(self.state.pool.clone())),
+            tokio::spawn(self.state.replicas.clone().watch(self.state.pool.clone())),
+        ];
         if let Some(retention) = self.state.config.context_retention {
             sweeps.push(tokio::spawn(sweep_contexts(
                 self.state.pool.clone(),

@@ -15,11 +15,14 @@ use crate::providers::sidecar_client::SidecarClient;
 use crate::providers::splitting::TextSplitting;
 use crate::retrieval::estimates::ScopeEstimates;
 use crate::store::Pool;
+use crate::store::replicas::ReadReplicas;
 
 /// State shared by every request.
 #[derive(Clone)]
 pub struct AppState {
     pub pool: Pool,
+    /// Where searches read, when the deployment has read replicas.
+    pub replicas: ReadReplicas,
     pub config: Arc<Config>,
     pub metrics: ApiMetrics,
     pub queue: Queue,
@@ -55,11 +58,20 @@ impl AppState {
             Some(client) => TextSplitting::Sidecar(client),
             None => TextSplitting::InProcess(embedders.local_models().clone()),
         };
+        let replicas = ReadReplicas::connect(
+            &config.database_read_urls,
+            crate::store::POOL_CONNECTIONS,
+            config.statement_timeout,
+            config.read_replica_max_lag,
+        )
+        .map_err(|e| StateError::ReadReplicas(e.to_string()))?;
         let metrics = ApiMetrics::new();
         metrics.register(queue.replica_gauges().collectors());
+        metrics.register(replicas.collectors());
         Ok(Self {
             queued_jobs: QueuedJobs::new(pool.clone()),
             pool,
+            replicas,
             config: Arc::new(config),
             metrics,
             queue,
@@ -78,6 +90,8 @@ impl AppState {
 pub enum StateError {
     #[error("TROVE_SIDECAR_URL: {0}")]
     Sidecar(String),
+    #[error("TROVE_DATABASE_READ_URL: {0}")]
+    ReadReplicas(String),
     #[error("llm client: {0}")]
     Llm(String),
 }

@@ -263,7 +263,9 @@ async fn pipeline_context(
 fn agent_search_error(error: ApiError) -> ApiError {
     match error {
         ApiError::Schema => ApiError::Internal("Schema error".to_owned()),
-        ApiError::Database(message) => ApiError::Internal(message),
+        ApiError::Database(message) | ApiError::DatabaseBehind(message) => {
+            ApiError::Internal(message)
+        }
         other => other,
     }
 }

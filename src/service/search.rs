@@ -221,6 +221,16 @@ pub async fn run_remembered(
     if !gated || embeds_remotely(&context.pipeline) {
         return None;
     }
+    // A replica that has not replayed a change to the key or the pipeline would find the
+    // gate still open: with replicas, the primary confirms the epoch first.
+    if !state.replicas.is_empty() {
+        let epoch = crate::store::pipelines::search_epoch(&state.pool)
+            .await
+            .ok()?;
+        if epoch != context.search_epoch {
+            return None;
+        }
+    }
     let prefetched = Prefetched {
         pipeline_id,
         context: Ok(Some(context.clone())),
@@ -245,13 +255,45 @@ pub async fn run_remembered(
     }
 }
 
-/// The connection a search statement runs on: the one kept from the context read, else one
-/// from the pool.
-async fn statement_connection(state: &AppState, kept: Option<Connection>) -> ApiResult<Connection> {
-    Ok(match kept {
+/// Runs a search statement where searches read: on the next usable read replica when the
+/// deployment has them (the connection kept from the context read goes back to the pool),
+/// else on the kept connection or one from the primary's pool. A statement a replica cannot
+/// answer — it went away, has not replayed the pipeline's tables yet, or its recovery
+/// cancelled the statement — runs again on the primary (`store::replicas`).
+async fn on_read_connection<T, F, S>(
+    state: &AppState,
+    mut kept: Option<Connection>,
+    statement: S,
+) -> ApiResult<T>
+where
+    S: Fn(Connection) -> F,
+    F: Future<Output = (Connection, ApiResult<T>)>,
+{
+    if let Some(replica) = state.replicas.pick() {
+        if let Some(connection) = kept.take() {
+            connection.park();
+        }
+        match replica.pool().acquire_warm().await {
+            Ok(connection) => match statement(connection).await {
+                (_, Err(ApiError::DatabaseConnection(_))) => replica.set_down(),
+                (_, Err(ApiError::DatabaseBehind(_))) => {}
+                (connection, result) => {
+                    connection.park();
+                    return result;
+                }
+            },
+            Err(_) => replica.set_down(),
+        }
+    }
+    let connection = match kept {
         Some(connection) => connection,
         None => state.pool.acquire_warm().await?,
-    })
+    };
+    let (connection, result) = statement(connection).await;
+    if result.is_ok() {
+        connection.park();
+    }
+    result
 }
 
 /// Runs a search on a pipeline the key can read and execute, with what the caller has
@@ -727,26 +769,29 @@ impl Search<'_> {
             return Ok(Vec::new());
         };
         self.refuse_unconvertible().await?;
-        let mut connection = statement_connection(self.state, self.connection.take()).await?;
+        let kept = self.connection.take();
         let query = self.vector_query(ve, vector, strategy, gate.as_ref());
         let scope = self.scope();
         let p = &self.params;
-        let hits = if kind == SearchKind::Similarity {
-            search::similarity(&mut connection, &scope, &query, p.k.into(), p.threshold).await
-        } else {
-            search::mmr(
-                &mut connection,
-                &scope,
-                &query,
-                p.k.into(),
-                p.fetch_k.into(),
-                p.lambda_mult,
-                p.threshold,
-            )
-            .await
-        }?;
-        connection.park();
-        Ok(hits)
+        let (scope, query) = (&scope, &query);
+        on_read_connection(self.state, kept, |mut connection| async move {
+            let hits = if kind == SearchKind::Similarity {
+                search::similarity(&mut connection, scope, query, p.k.into(), p.threshold).await
+            } else {
+                search::mmr(
+                    &mut connection,
+                    scope,
+                    query,
+                    p.k.into(),
+                    p.fetch_k.into(),
+                    p.lambda_mult,
+                    p.threshold,
+                )
+                .await
+            };
+            (connection, hits)
+        })
+        .await
     }
 
     /// Hybrid search on the association `ve`: its vector list and the lexical list, fused.
@@ -762,7 +807,7 @@ impl Search<'_> {
             return Ok(Vec::new());
         }
         self.refuse_unconvertible().await?;
-        let mut connection = statement_connection(self.state, self.connection.take()).await?;
+        let kept = self.connection.take();
         let query = self.vector_query(ve, vector, strategy, None);
         let p = &self.params;
         let hybrid = HybridQuery {
@@ -775,10 +820,13 @@ impl Search<'_> {
             },
             k: p.k.into(),
         };
-        let hits =
-            search::hybrid(&mut connection, &self.scope(), &query, p.threshold, &hybrid).await?;
-        connection.park();
-        Ok(hits)
+        let scope = self.scope();
+        let (scope, query, hybrid) = (&scope, &query, &hybrid);
+        on_read_connection(self.state, kept, |mut connection| async move {
+            let hits = search::hybrid(&mut connection, scope, query, p.threshold, hybrid).await;
+            (connection, hits)
+        })
+        .await
     }
 
     /// Full-text search.
@@ -790,17 +838,14 @@ impl Search<'_> {
         if self.params.k > 0 {
             self.refuse_unconvertible().await?;
         }
-        let mut connection = statement_connection(self.state, self.connection.take()).await?;
+        let kept = self.connection.take();
         let scope = self.scope();
-        let hits = search::full_text(
-            &mut connection,
-            &scope,
-            query,
-            self.params.k.into(),
-            self.params.threshold,
-        )
-        .await?;
-        connection.park();
-        Ok(hits)
+        let (k, threshold) = (self.params.k.into(), self.params.threshold);
+        let scope = &scope;
+        on_read_connection(self.state, kept, |mut connection| async move {
+            let hits = search::full_text(&mut connection, scope, query, k, threshold).await;
+            (connection, hits)
+        })
+        .await
     }
 }

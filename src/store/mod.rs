@@ -16,6 +16,7 @@ pub mod listing;
 pub mod llms;
 pub mod migrations;
 pub mod pipelines;
+pub mod replicas;
 pub mod taxonomies;
 pub mod text_splitters;
 pub mod vectors;
@@ -106,6 +107,9 @@ pub type EntityError = DbErr;
 /// default of 40 gave 0.90 there).
 pub const SESSION_EF_SEARCH: u64 = 150;
 
+/// Connections of each process's pool on the primary, and on each read replica.
+pub const POOL_CONNECTIONS: u32 = 32;
+
 /// How long a pooled connection may sit idle before it is pinged on acquire.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
@@ -125,6 +129,21 @@ pub fn connect_lazy_with_timeout(
     url: &str,
     max_connections: u32,
     statement_timeout: Duration,
+) -> Result<Pool, sqlx::Error> {
+    connect_lazy_waiting(url, max_connections, statement_timeout, ACQUIRE_TIMEOUT)
+}
+
+/// How long a statement waits for a connection of the primary's pool (the server down or every
+/// connection busy) before it fails with `Database connection error`.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// [`connect_lazy_with_timeout`] whose statements wait at most `acquire_timeout` for a
+/// connection (a read replica's pool waits less: the primary can answer instead).
+pub fn connect_lazy_waiting(
+    url: &str,
+    max_connections: u32,
+    statement_timeout: Duration,
+    acquire_timeout: Duration,
 ) -> Result<Pool, sqlx::Error> {
     let options: PgConnectOptions = url.parse()?;
     // Every session searches HNSW indexes with iterative scans and a candidate list of
@@ -154,7 +173,7 @@ pub fn connect_lazy_with_timeout(
     ]);
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
+        .acquire_timeout(acquire_timeout)
         // A connection idle for a while is pinged before use (the server may have closed it);
         // one just returned to the pool is not, which saves a round trip per statement.
         .test_before_acquire(false)
@@ -185,6 +204,16 @@ impl From<&sqlx::Error> for ApiError {
             // 23001 is `restrict_violation` (ON DELETE RESTRICT), which sqlx does not classify.
             sqlx::Error::Database(db) if db.code().as_deref() == Some("23001") => {
                 ApiError::ConflictRelated
+            }
+            // A relation or function a read replica has not replayed yet, and statements its
+            // recovery cancelled (`40001`, `57P04`).
+            sqlx::Error::Database(db)
+                if matches!(
+                    db.code().as_deref(),
+                    Some("42P01" | "42883" | "40001" | "57P04")
+                ) =>
+            {
+                ApiError::DatabaseBehind(db.message().to_owned())
             }
             sqlx::Error::Database(db) => match db.kind() {
                 sqlx::error::ErrorKind::UniqueViolation => ApiError::ConflictUnique,

@@ -248,6 +248,13 @@ pub async fn search_context<'e>(
         .await
 }
 
+/// The search epoch (`migrations/0014_search_epoch.sql`) as the primary has it.
+pub async fn search_epoch(pool: &Pool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT n FROM search_epoch")
+        .fetch_one(pool.pg_pool())
+        .await
+}
+
 /// The key check's read of `key_id` and the [`SearchContext`] of `pipeline_id`, in one
 /// statement: a search's two reads before its statement, one round trip instead of two.
 pub async fn key_and_search_context(

@@ -6,13 +6,13 @@
 //! verbatim, and Trove's OpenAPI document generates a Python client with every operation.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::fake_llm::{Answer, FakeLlm};
-use crate::helpers::{TestApp, data_of, spawn_app, spawn_app_without_worker};
+use crate::helpers::{TestApp, data_of, spawn_app, spawn_app_without_worker, wait_until_processed};
 use crate::llms::{KEY, openai_llm};
 
 /// The repository root.
@@ -341,25 +341,6 @@ async fn openai_relay_prints_a_whole_and_a_streamed_answer() {
         requests[1].json()["messages"][0]["content"],
         "Name three uses of full-text search."
     );
-}
-
-/// Waits (60 s at most) until `count` versions of the pipeline are `success`.
-async fn wait_until_processed(app: &TestApp, pid: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let reply = app
-            .get(&format!("/pipelines/{pid}/documents?status=success"))
-            .await;
-        if data_of(&reply).len() == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "documents not processed: {}",
-            reply.text
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A pipeline named `name` with full-text search and the quickstart's four documents

@@ -221,7 +221,13 @@ pub async fn spawn_app_with(options: AppOptions) -> TestApp {
         None => fresh_database().await,
     };
     let database_url = url_with_db(&admin_url(), &database);
-    let master_id = Uuid::new_v4();
+    // Apps sharing a database share the master key that installed it.
+    let master_id = options
+        .env
+        .get("TROVE_MASTER_KEY_ID")
+        .map_or_else(Uuid::new_v4, |id| {
+            Uuid::parse_str(id).expect("a master key id")
+        });
     let mut env: HashMap<String, String> = HashMap::from([
         ("TROVE_DATABASE_URL".to_owned(), database_url.clone()),
         ("TROVE_NATS_URL".to_owned(), nats_url()),
@@ -1040,6 +1046,21 @@ where
         );
         tokio::time::sleep(every).await;
     }
+}
+
+/// Waits (60 s at most) until `count` versions of the pipeline are `success`.
+pub async fn wait_until_processed(app: &TestApp, pid: &str, count: usize) {
+    eventually(
+        &format!("{count} documents processed"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let reply = app
+                .get(&format!("/pipelines/{pid}/documents?status=success"))
+                .await;
+            (data_of(&reply).len() == count).then_some(())
+        },
+    )
+    .await;
 }
 
 /// A free TCP port of 127.0.0.1 (free when asked: the caller binds it soon after).

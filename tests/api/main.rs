@@ -6,6 +6,8 @@
 #[path = "../support/database.rs"]
 mod database;
 mod helpers;
+#[path = "../support/postgres.rs"]
+mod postgres;
 
 mod agents;
 mod api_keys;
@@ -35,6 +37,7 @@ mod mcp;
 mod mcp_client;
 mod nats_cluster;
 mod pipelines;
+mod read_replicas;
 mod relay;
 mod rerank;
 mod resource_permissions;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::fake_llm::FakeLlm;
-use crate::helpers::{TestApp, data_of, eventually, key_of, spawn_app, str_of};
+use crate::helpers::{TestApp, key_of, spawn_app, str_of, wait_until_processed};
 use crate::llms::openai_llm;
 
 /// The interpreter with schemathesis: `TROVE_TEST_PYTHON` (exported by `scripts/test`), else
@@ -75,21 +75,6 @@ async fn pipeline_with_documents(app: &TestApp, model: &str) -> (String, String,
     }
     wait_until_processed(app, &pid, 3).await;
     (pid, document, str_of(&index.body, "id").to_owned())
-}
-
-/// Waits (60 s at most) until `count` versions of the pipeline are `success`.
-async fn wait_until_processed(app: &TestApp, pid: &str, count: usize) {
-    eventually(
-        &format!("{count} documents processed"),
-        Duration::from_secs(60),
-        || async {
-            let reply = app
-                .get(&format!("/pipelines/{pid}/documents?status=success"))
-                .await;
-            (data_of(&reply).len() == count).then_some(())
-        },
-    )
-    .await;
 }
 
 /// POSTs `body` to `path` with the master key, expecting 201; returns the new id.
