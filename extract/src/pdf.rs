@@ -14,7 +14,7 @@ pub fn extract(bytes: &[u8], limits: Limits) -> Result<String, ExtractError> {
     let format = Format::Pdf;
     // The parser and the text extraction may panic on malformed input: a panic is damage.
     let loaded = std::panic::catch_unwind(|| Document::load_mem(bytes));
-    let doc = match loaded {
+    let mut doc = match loaded {
         Ok(Ok(doc)) => doc,
         Ok(Err(e)) => return Err(ExtractError::damaged(format, e)),
         Err(_) => return Err(ExtractError::damaged(format, "unreadable structure")),
@@ -25,6 +25,7 @@ pub fn extract(bytes: &[u8], limits: Limits) -> Result<String, ExtractError> {
         return Err(ExtractError::Encrypted);
     }
     check_expansion(&doc, limits)?;
+    blank_images(&mut doc);
     let title = title(&doc);
     let extracted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut text = String::new();
@@ -78,6 +79,22 @@ fn check_expansion(doc: &Document, limits: Limits) -> Result<(), ExtractError> {
         budget -= size;
     }
     Ok(())
+}
+
+/// Empties the document's image streams. `pdf-extract` runs whatever a page draws with `Do` as
+/// a content stream, an image's decoded pixels included: bytes that happen to parse as
+/// operators without their operands make it panic, and the pixels cost a decompression for
+/// nothing. An empty image draws nothing.
+fn blank_images(doc: &mut Document) {
+    for object in doc.objects.values_mut() {
+        let Object::Stream(stream) = object else {
+            continue;
+        };
+        let subtype = stream.dict.get(b"Subtype").and_then(Object::as_name);
+        if subtype.is_ok_and(|name| name == b"Image") {
+            stream.set_plain_content(Vec::new());
+        }
+    }
 }
 
 /// The document information's title.

@@ -41,6 +41,15 @@ fn pdf_two_columns_in_reading_order() {
 }
 
 #[test]
+fn pdf_text_around_a_drawn_image() {
+    // The image's pixels, were they read as a content stream, would stop pdf-extract.
+    assert_eq!(
+        text_of("text-image.pdf", Format::Pdf).unwrap(),
+        "The eastern breakwater after the storm.\n\nPhotograph taken from the lighthouse."
+    );
+}
+
+#[test]
 fn docx_title_heading_list_table() {
     assert_eq!(
         text_of("notes.docx", Format::Docx).unwrap(),
