@@ -31,6 +31,9 @@ const CLOSE: f64 = 0.5;
 /// The mean number of words per run on each side of a gutter for the sides to be columns of
 /// prose rather than the cells of a table.
 const PROSE_WORDS: f64 = 3.0;
+/// Columns within columns are split this deep at most (the recursion stays shallow whatever
+/// the page holds).
+const MAX_DEPTH: usize = 16;
 /// A baseline gap larger than this multiple of the line spacing separates paragraphs.
 const PARAGRAPH: f64 = 1.3;
 /// Font sizes differing by more than this fraction separate paragraphs (a heading).
@@ -92,7 +95,7 @@ pub fn page_text(glyphs: &[Glyph]) -> String {
         return String::new();
     }
     let mut order = Vec::new();
-    read(&runs, (0..runs.len()).collect(), &mut order);
+    read(&runs, (0..runs.len()).collect(), 0, &mut order);
     let lines: Vec<Line> = order.iter().map(|line| render(&runs, line)).collect();
     join(&lines)
 }
@@ -205,7 +208,7 @@ struct Strip {
 
 /// Appends the lines of `region` (indices into `runs`) in reading order, each line the indices
 /// of its runs from left to right.
-fn read(runs: &[Run], mut region: Vec<usize>, order: &mut Vec<Vec<usize>>) {
+fn read(runs: &[Run], mut region: Vec<usize>, depth: usize, order: &mut Vec<Vec<usize>>) {
     region.sort_by(|&a, &b| runs[a].top().total_cmp(&runs[b].top()).then(a.cmp(&b)));
     let mut strips: Vec<Strip> = Vec::new();
     for &r in &region {
@@ -262,14 +265,16 @@ fn read(runs: &[Run], mut region: Vec<usize>, order: &mut Vec<Vec<usize>>) {
             .iter()
             .flat_map(|s| s.runs.iter().copied())
             .collect();
-        let split = gutters
-            .iter()
+        let split = (depth < MAX_DEPTH)
+            .then_some(&gutters)
+            .into_iter()
+            .flatten()
             .find(|&&g| two_sided(runs, &section, g) && prose_sides(runs, &section, g));
         if let Some(&(lo, _)) = split {
             let (left_side, right_side): (Vec<usize>, Vec<usize>) =
                 section.iter().partition(|&&r| runs[r].x1 <= lo);
-            read(runs, left_side, order);
-            read(runs, right_side, order);
+            read(runs, left_side, depth + 1, order);
+            read(runs, right_side, depth + 1, order);
             i = j + 1;
         } else {
             lines_of(runs, &strips[i].runs, order);
@@ -631,6 +636,20 @@ mod tests {
             ]),
             "left one two three\nright one two three"
         );
+    }
+
+    #[test]
+    fn many_columns_keep_all_their_text() {
+        let mut lines = Vec::new();
+        for column in 0..40 {
+            for line in 0..2 {
+                let x = 10.0 + 60.0 * column as f64;
+                lines.push((x, 60.0 + 12.0 * line as f64, 10.0, "aa bb cc"));
+            }
+        }
+        let text = page(&lines);
+        assert_eq!(text.matches("aa bb cc").count(), 80, "{text}");
+        assert!(text.starts_with("aa bb cc\naa bb cc\naa bb cc"), "{text}");
     }
 
     #[test]
