@@ -26,17 +26,43 @@ fn pdf_title_text_hyphenation_non_ascii_and_table() {
     assert_eq!(
         text_of("report.pdf", Format::Pdf).unwrap(),
         "Quarterly Pigment Report\n\nFindings\n\nThe Café in Zürich kept its naïve façade.\n\n\
-         The committee reviewed the international budget for paint.\n\nPigment Origin\n\n\
-         ultramarine blue Afghanistan\n\nochre France"
+         The committee reviewed the international budget for paint.\n\nPigment | Origin\n\
+         ultramarine blue | Afghanistan\nochre | France"
     );
 }
 
 #[test]
-fn pdf_two_columns_in_reading_order() {
+fn pdf_two_columns_in_reading_order_whatever_the_order_written() {
+    // The right column is written first; the text runs on (`be-` / `fore`) from the foot of
+    // the left column to the top of the right one.
     assert_eq!(
         text_of("two-columns.pdf", Format::Pdf).unwrap(),
-        "Left column starts here\n\nand continues below\n\nto its last line.\n\
-         Right column comes next\n\nbeside the left one\n\nand ends the page."
+        "Harbour Survey\n\nThe northern quay was inspected\n\
+         in March by the harbour engineers and the port authority.\n\n\
+         Its cranes need new cables before the autumn storms. The\n\
+         southern quay remains closed.\n\nRepairs are planned for the\nspring of next year.\n\n\
+         Prepared for the harbour board of the city of Kiel."
+    );
+}
+
+#[test]
+fn pdf_heading_paragraph_table_and_list() {
+    assert_eq!(
+        text_of("table.pdf", Format::Pdf).unwrap(),
+        "Tide Table\n\nTides at the Harbour Mouth\n\n\
+         High and low water for the first days\nof May, in local time.\n\n\
+         Day | High water | Low water\nMonday | 06:12 | 12:30\nTuesday | 06:58 | 13:15\n\
+         Wednesday | 07:41 | 14:02\n\n\
+         - Check the gauge every morning\n- Report storm surges at once"
+    );
+}
+
+#[test]
+fn pdf_text_around_a_drawn_image() {
+    // The image's pixels, were they read as a content stream, would stop pdf-extract.
+    assert_eq!(
+        text_of("text-image.pdf", Format::Pdf).unwrap(),
+        "The eastern breakwater after the storm.\n\nPhotograph taken from the lighthouse."
     );
 }
 
