@@ -132,6 +132,12 @@ pub async fn start_on(
         ("TROVE_LOG", "warn".to_owned()),
     ]);
     env.extend(variables.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    // `BENCH_READ_ON_PRIMARY=1`: the database named as its own read replica, so searches take
+    // the read replicas' path (the statement on the replica's pool, a remembered search's
+    // epoch confirmed on the primary first) on identical data: what that path costs.
+    if std::env::var("BENCH_READ_ON_PRIMARY").is_ok_and(|v| v == "1") {
+        env.insert("TROVE_DATABASE_READ_URL", url.clone());
+    }
     let mut config = Config::from_lookup(|k| {
         env.get(k).cloned().or_else(|| {
             (k.starts_with("TROVE_HNSW_")

@@ -224,9 +224,11 @@ pub async fn run_remembered(
     // A replica that has not replayed a change to the key or the pipeline would find the
     // gate still open: with replicas, the primary confirms the epoch first.
     if !state.replicas.is_empty() {
-        let epoch = crate::store::pipelines::search_epoch(&state.pool)
+        let mut connection = state.pool.acquire_warm().await.ok()?;
+        let epoch = crate::store::pipelines::search_epoch(&mut connection)
             .await
             .ok()?;
+        connection.park();
         if epoch != context.search_epoch {
             return None;
         }

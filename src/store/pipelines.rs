@@ -249,9 +249,9 @@ pub async fn search_context<'e>(
 }
 
 /// The search epoch (`migrations/0014_search_epoch.sql`) as the primary has it.
-pub async fn search_epoch(pool: &Pool) -> Result<i64, sqlx::Error> {
+pub async fn search_epoch(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT n FROM search_epoch")
-        .fetch_one(pool.pg_pool())
+        .fetch_one(conn)
         .await
 }
 
