@@ -375,6 +375,17 @@ impl Trove {
         }
     }
 
+    /// The peak resident memory of the running process (`VmHWM`), in MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let pid = self.process.as_ref().map_or(0, Child::id);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    }
+
     /// The process's log so far (for failure messages).
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.join(format!("{}.log", self.name)))
@@ -935,6 +946,28 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.text);
     assert_eq!(reply.text, "Not Found: Session not found");
 
+    // What the processes hold: connections to each server, peak memory.
+    let connections = |pool: &PgPool| {
+        let pool = pool.clone();
+        async move {
+            let count: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            )
+            .bind(DATABASE)
+            .fetch_one(&pool)
+            .await
+            .expect("connections");
+            count - i64::from(pool.size()) + 1
+        }
+    };
+    let (on_primary, on_replica) = (connections(&primary).await, connections(&standby).await);
+    let rss: Vec<String> = serves
+        .iter()
+        .chain(&workers)
+        .map(|trove| format!("{}={:.0}", trove.name, trove.peak_rss_mib()))
+        .collect();
+
     let secs = |d: Duration| d.as_secs_f64();
     let last_fault = timeline.values().max().copied().unwrap_or_default();
     println!(
@@ -943,13 +976,15 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
          drain_after_last_restart_seconds={:.1} replica_catch_up_seconds={:.2} \
          searches={searches} searches_per_second_one_api={one:.1} \
          searches_per_second_two_apis={two:.1} worker_success_since_start={processed:?} \
-         timeline={timeline:?}",
+         connections_primary={on_primary} connections_replica={on_replica} \
+         peak_rss_mib=[{}] timeline={timeline:?}",
         load.nats_errors,
         secs(submitted),
         n as f64 / secs(submitted),
         secs(drained.saturating_sub(submitted)),
         secs(drained.saturating_sub(last_fault)),
         secs(catch_up),
+        rss.join(" "),
     );
     primary.close().await;
     standby.close().await;
