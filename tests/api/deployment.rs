@@ -785,9 +785,9 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     let added_before = apis[0].metric("service_document_queue_added").await
         + apis[1].metric("service_document_queue_added").await;
 
-    // The load, and meanwhile the faults: the server leading the stream killed at a fifth of
-    // the submissions and started again 3 s later (at two fifths at the earliest); a worker
-    // killed at half and started again 3 s later (at seven tenths at the earliest).
+    // The load, and meanwhile the faults: the server leading the stream killed once a fifth of
+    // the submissions are accepted and started again once 3 s have passed and two fifths are;
+    // a worker killed at half and started again once 3 s have passed and seven tenths are.
     let done = AtomicUsize::new(0);
     let started = Instant::now();
     let mut timeline: BTreeMap<&str, Duration> = BTreeMap::new();
