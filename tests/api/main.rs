@@ -16,6 +16,7 @@ mod contexts;
 mod conversations;
 mod core;
 mod deferred_index;
+mod deployment;
 mod docs;
 mod documents;
 mod embedding;

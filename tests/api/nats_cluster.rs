@@ -14,16 +14,36 @@ use uuid::Uuid;
 
 use crate::helpers::{AppOptions, TestApp, eventually, free_port, spawn_app_with};
 
-/// One server of a [`Cluster`].
+/// One server of a [`Cluster`]: its arguments, kept to start it again.
 struct Node {
     name: String,
     port: u16,
+    args: Vec<String>,
+    log: PathBuf,
     process: Option<Child>,
+}
+
+impl Node {
+    /// Starts the server, its standard error appended to its log.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new("nats-server")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("nats-server runs (scripts/test installs it)");
+        self.process = Some(child);
+    }
 }
 
 /// Three `nats-server` processes with JetStream, routed to one another, each with its store in
 /// a temporary folder. Dropping it kills them and removes the folder.
-struct Cluster {
+pub struct Cluster {
     nodes: Vec<Node>,
     monitor_ports: Vec<u16>,
     dir: PathBuf,
@@ -32,7 +52,7 @@ struct Cluster {
 impl Cluster {
     /// Starts the three servers and waits until JetStream has a meta leader and every server
     /// reports healthy.
-    async fn start() -> Self {
+    pub async fn start() -> Self {
         let tag = Uuid::new_v4().simple().to_string();
         let dir = std::env::temp_dir().join(format!("trove-nats-cluster-{tag}"));
         std::fs::create_dir_all(&dir).expect("cluster folder");
@@ -49,28 +69,32 @@ impl Cluster {
                 .map(|(_, (_, c, _))| format!("nats://127.0.0.1:{c}"))
                 .collect();
             let store = dir.join(&name);
-            let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
-            let child = Command::new("nats-server")
-                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string()])
-                .args(["-m", &monitor_port.to_string(), "-n", &name, "-sd"])
-                .arg(&store)
-                .args([
-                    "--cluster_name",
-                    &format!("trove-{tag}"),
-                    "--cluster",
-                    &format!("nats://127.0.0.1:{cluster_port}"),
-                    "--routes",
-                    &routes.join(","),
-                ])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("nats-server runs (scripts/test installs it)");
-            nodes.push(Node {
+            let mut args: Vec<String> =
+                ["-js", "-a", "127.0.0.1", "-p"].map(str::to_owned).to_vec();
+            args.extend([
+                port.to_string(),
+                "-m".to_owned(),
+                monitor_port.to_string(),
+                "-n".to_owned(),
+                name.clone(),
+                "-sd".to_owned(),
+                store.to_string_lossy().into_owned(),
+                "--cluster_name".to_owned(),
+                format!("trove-{tag}"),
+                "--cluster".to_owned(),
+                format!("nats://127.0.0.1:{cluster_port}"),
+                "--routes".to_owned(),
+                routes.join(","),
+            ]);
+            let mut node = Node {
+                log: dir.join(format!("{name}.log")),
                 name,
                 port: *port,
-                process: Some(child),
-            });
+                args,
+                process: None,
+            };
+            node.spawn();
+            nodes.push(node);
         }
         let cluster = Self {
             nodes,
@@ -83,7 +107,7 @@ impl Cluster {
 
     /// Waits until every server sees the same JetStream meta leader among three peers and
     /// answers its health check.
-    async fn wait_ready(&self) {
+    pub async fn wait_ready(&self) {
         let http = reqwest::Client::new();
         eventually(
             "a three-node JetStream cluster ready",
@@ -116,7 +140,7 @@ impl Cluster {
     }
 
     /// The client URLs of the servers still running, comma-separated with spaces.
-    fn urls(&self) -> String {
+    pub fn urls(&self) -> String {
         self.nodes
             .iter()
             .filter(|node| node.process.is_some())
@@ -125,21 +149,40 @@ impl Cluster {
             .join(", ")
     }
 
-    /// Kills (SIGKILL) the server of that name.
-    fn kill(&mut self, name: &str) {
-        let node = self
-            .nodes
+    /// The server of that name.
+    fn node(&mut self, name: &str) -> &mut Node {
+        self.nodes
             .iter_mut()
             .find(|node| node.name == name)
-            .unwrap_or_else(|| panic!("no server {name}"));
-        if let Some(mut child) = node.process.take() {
+            .unwrap_or_else(|| panic!("no server {name}"))
+    }
+
+    /// The client URLs of all three servers, running or not, comma-separated.
+    pub fn all_urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("nats://127.0.0.1:{}", node.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Kills (SIGKILL) the server of that name.
+    pub fn kill(&mut self, name: &str) {
+        if let Some(mut child) = self.node(name).process.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
+    /// Starts again the server of that name, killed earlier, on its ports and store.
+    pub fn restart(&mut self, name: &str) {
+        let node = self.node(name);
+        assert!(node.process.is_none(), "{name} is running");
+        node.spawn();
+    }
+
     /// A JetStream context on the servers still running.
-    async fn jetstream(&self) -> jetstream::Context {
+    pub async fn jetstream(&self) -> jetstream::Context {
         let urls: Vec<String> = self.urls().split(", ").map(str::to_owned).collect();
         let client = async_nats::ConnectOptions::new()
             .request_timeout(Some(Duration::from_secs(5)))
@@ -173,7 +216,11 @@ async fn stream_info(js: &jetstream::Context, stream: &str) -> jetstream::stream
 }
 
 /// The server leading the stream, or with `consumer` the stream's consumer.
-async fn leader(js: &jetstream::Context, stream: &str, consumer: Option<&str>) -> Option<String> {
+pub async fn leader(
+    js: &jetstream::Context,
+    stream: &str,
+    consumer: Option<&str>,
+) -> Option<String> {
     let stream = js.get_stream(stream).await.ok()?;
     let cluster = match consumer {
         None => stream.get_info().await.ok()?.cluster,
