@@ -372,6 +372,18 @@ fn search_body(i: usize) -> Value {
 /// `success` once, with the fragments of a fault-free run of its text; searches through both
 /// APIs (reading the replica) answer what an API on the primary alone answers; an MCP session
 /// of one API is unknown to the other.
+/// The replicas of `stream` as its leader reports them.
+async fn stream_replicas(js: &async_nats::jetstream::Context, stream: &str) -> usize {
+    js.get_stream(stream)
+        .await
+        .expect("stream")
+        .get_info()
+        .await
+        .expect("stream info")
+        .config
+        .num_replicas
+}
+
 #[tokio::test]
 async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     let n = setting("TROVE_CLUSTER_SUBMISSIONS", 200);
@@ -475,14 +487,7 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     // The stream, made by the first API process, has three replicas.
     let js = nats.jetstream().await;
     let stream = "TROVE_DOCUMENTS";
-    let info = js
-        .get_stream(stream)
-        .await
-        .expect("stream")
-        .get_info()
-        .await
-        .expect("stream info");
-    assert_eq!(info.config.num_replicas, 3);
+    assert_eq!(stream_replicas(&js, stream).await, 3);
 
     // A `hash` model (384 dimensions) and two pipelines on it: one for the fault-free run of
     // each shape, one for the load.
@@ -646,14 +651,7 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
         "{stored} versions stored by the workers, {} submitted: {processed:?}",
         n + SHAPES.len()
     );
-    let info = js
-        .get_stream(stream)
-        .await
-        .expect("stream")
-        .get_info()
-        .await
-        .expect("stream info");
-    assert_eq!(info.config.num_replicas, 3);
+    assert_eq!(stream_replicas(&js, stream).await, 3);
 
     // Searches through both APIs, once the replica has caught up, answer what the API on the
     // primary answers.

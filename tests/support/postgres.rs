@@ -113,13 +113,7 @@ impl PgServer {
                 "--no-locale",
             ],
         );
-        let mut server = Self {
-            dir,
-            port: free_port(),
-            running: false,
-        };
-        server.start();
-        server
+        Self::started(dir)
     }
 
     /// A streaming replica of `primary`: its base backup, following it (`primary_conninfo`).
@@ -145,6 +139,11 @@ impl PgServer {
                 "fast",
             ],
         );
+        Self::started(dir)
+    }
+
+    /// The server of the data folder under `dir`, started on a free port.
+    fn started(dir: PathBuf) -> Self {
         let mut server = Self {
             dir,
             port: free_port(),
