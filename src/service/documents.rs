@@ -377,7 +377,8 @@ fn checked_version(
 }
 
 /// Queues the jobs of committed versions, all at once; a version whose job could not be
-/// queued is marked `failed` and the request answers 500 `NATS error`.
+/// queued (and that no worker has taken meanwhile) is marked `failed` and the request answers
+/// 500 `NATS error`.
 async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
     let results =
         futures_util::future::join_all(jobs.iter().map(|job| state.queue.publish(job))).await;
@@ -386,10 +387,15 @@ async fn publish(state: &AppState, jobs: &[Job]) -> ApiResult<()> {
     for (job, result) in jobs.iter().zip(results) {
         match result {
             Ok(()) => queued.push((job.document_id, job.version)),
+            // A publish that timed out may have reached the stream all the same: a version a
+            // worker has already taken was queued.
             Err(error) => {
-                tracing::error!(%error, document_id = %job.document_id, version = job.version, "job could not be queued");
-                store::mark_failed(&state.pool, job.document_id, job.version).await?;
-                failure.get_or_insert(error);
+                if store::mark_failed(&state.pool, job.document_id, job.version).await? {
+                    tracing::error!(%error, document_id = %job.document_id, version = job.version, "job could not be queued");
+                    failure.get_or_insert(error);
+                } else {
+                    queued.push((job.document_id, job.version));
+                }
             }
         }
     }

@@ -240,17 +240,23 @@ pub async fn refuse_unconvertible(
     Ok(())
 }
 
-/// Marks a version `failed` (its job could not be queued) and drops its raw text and the
-/// outbox entry of its job.
-pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sqlx::Error> {
+/// Marks a version still `pending` `failed` (its job could not be queued) and drops its raw
+/// text and the outbox entry of its job. Returns whether it was pending: a version a worker
+/// has taken already had its job delivered, whatever the publisher was told.
+pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
-        "UPDATE documents SET status = 'failed', updated_at = now() WHERE id = $1 AND version = $2",
+    let updated = sqlx::query(
+        "UPDATE documents SET status = 'failed', updated_at = now()
+         WHERE id = $1 AND version = $2 AND status = 'pending'",
     )
     .bind(id)
     .bind(version)
     .execute(&mut *tx)
-    .await?;
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        return Ok(false);
+    }
     sqlx::query("DELETE FROM document_texts WHERE document_id = $1 AND version = $2")
         .bind(id)
         .bind(version)
@@ -261,7 +267,8 @@ pub async fn mark_failed(pool: &PgPool, id: Uuid, version: i64) -> Result<(), sq
         .bind(version)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Why versions of a document failed, where a reason is known: `(version, reason)`.

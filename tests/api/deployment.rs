@@ -654,7 +654,24 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     assert_eq!(stream_replicas(&js, stream).await, 3);
 
     // Searches through both APIs, once the replica has caught up, answer what the API on the
-    // primary answers.
+    // primary answers. The HNSW index a burst deferred is built after its last group: until the
+    // replica has replayed the build, a search there scans the table exactly where the
+    // primary walks the index.
+    eventually(
+        "the deferred HNSW index built",
+        Duration::from_secs(120),
+        || async {
+            let deferred: bool = sqlx::query_scalar(
+                "SELECT deferred_index_m IS NOT NULL FROM vector_embeddings WHERE pipeline_id = $1",
+            )
+            .bind(pipeline)
+            .fetch_one(&primary)
+            .await
+            .expect("the association");
+            (!deferred).then_some(())
+        },
+    )
+    .await;
     let catch_up = standby_server.wait_caught_up(&primary_server).await;
     let replica_count: i64 =
         sqlx::query_scalar("SELECT count(*) FROM documents WHERE pipeline_id = $1")
