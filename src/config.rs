@@ -586,9 +586,11 @@ fn database_read_urls_from(get: Lookup<'_>) -> Result<Vec<Secret<String>>, Confi
         return Ok(Vec::new());
     };
     let urls = address_list("TROVE_DATABASE_READ_URL", &value, |entry| {
-        let scheme = entry.split_once("://").map(|(scheme, _)| scheme);
-        let postgres = matches!(scheme, Some("postgres" | "postgresql"))
-            && entry.parse::<sqlx::postgres::PgConnectOptions>().is_ok();
+        // The rest of the URL is read when the replica's pool is made, at start too.
+        let postgres = matches!(
+            entry.split_once("://"),
+            Some(("postgres" | "postgresql", rest)) if !rest.is_empty()
+        );
         postgres
             .then_some(())
             .ok_or_else(|| "is not a Postgres URL".to_owned())
