@@ -254,22 +254,37 @@ async fn send(
             },
         )
         .part("file", part);
+    let request = pipeline_request(client, target, reqwest::Method::POST, "files").multipart(form);
+    answer(request, reqwest::StatusCode::CREATED).await
+}
+
+/// A request with the target's key to `{url}/pipelines/{pipeline_id}/{path}`.
+fn pipeline_request(
+    client: &reqwest::Client,
+    target: &UploadTarget,
+    method: reqwest::Method,
+    path: &str,
+) -> reqwest::RequestBuilder {
     let url = format!(
-        "{}/pipelines/{}/files",
+        "{}/pipelines/{}/{path}",
         target.url.trim_end_matches('/'),
         target.pipeline_id
     );
-    let response = client
-        .post(url)
+    client
+        .request(method, url)
         .header("x-api-key", &target.key_id)
         .header("x-api-key-secret", &target.key_secret)
-        .multipart(form)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+}
+
+/// Sends `request`; its JSON body when it answers `expected`, else `status message`.
+async fn answer(
+    request: reqwest::RequestBuilder,
+    expected: reqwest::StatusCode,
+) -> Result<Value, String> {
+    let response = request.send().await.map_err(|e| e.to_string())?;
     let status = response.status();
     let text = response.text().await.map_err(|e| e.to_string())?;
-    if status == reqwest::StatusCode::CREATED {
+    if status == expected {
         serde_json::from_str(&text).map_err(|e| e.to_string())
     } else {
         Err(format!("{status} {}", error_message(&text)))
@@ -308,24 +323,13 @@ async fn read_version(
     id: &str,
     number: &Value,
 ) -> Result<Value, String> {
-    let url = format!(
-        "{}/pipelines/{}/documents/{id}",
-        target.url.trim_end_matches('/'),
-        target.pipeline_id
+    let request = pipeline_request(
+        client,
+        target,
+        reqwest::Method::GET,
+        &format!("documents/{id}"),
     );
-    let response = client
-        .get(url)
-        .header("x-api-key", &target.key_id)
-        .header("x-api-key-secret", &target.key_secret)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let text = response.text().await.map_err(|e| e.to_string())?;
-    if status != reqwest::StatusCode::OK {
-        return Err(format!("{status} {}", error_message(&text)));
-    }
-    let versions: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let versions = answer(request, reqwest::StatusCode::OK).await?;
     versions
         .as_array()
         .and_then(|all| all.iter().find(|v| &v["version"] == number))
