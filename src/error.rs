@@ -118,6 +118,10 @@ pub enum ApiError {
     /// 409 `Conflict related error`.
     #[error("conflict related")]
     ConflictRelated,
+    /// 409 `Conflict related error` with `details` (an association still being backfilled:
+    /// its progress).
+    #[error("conflict related")]
+    ConflictRelatedWith(Value),
 
     /// 500 `Internal error`, `details.error` = the reason.
     #[error("internal error: {0}")]
@@ -216,7 +220,9 @@ impl ApiError {
             Self::NotFound { .. } | Self::PipelineNotFound(_) | Self::ObjectNotFound { .. } => {
                 StatusCode::NOT_FOUND
             }
-            Self::ConflictUnique | Self::ConflictRelated => StatusCode::CONFLICT,
+            Self::ConflictUnique | Self::ConflictRelated | Self::ConflictRelatedWith(_) => {
+                StatusCode::CONFLICT
+            }
             Self::NotImplemented(_) | Self::FullTextDisabled(_) => StatusCode::NOT_IMPLEMENTED,
             Self::Internal(_)
             | Self::Database(_)
@@ -284,7 +290,9 @@ impl ApiError {
             Self::PipelineNotFound(_) => "Pipeline not found".to_owned(),
             Self::ObjectNotFound { type_name, id } => format!("{type_name} with id {id} not found"),
             Self::ConflictUnique => "Conflict unique error".to_owned(),
-            Self::ConflictRelated => "Conflict related error".to_owned(),
+            Self::ConflictRelated | Self::ConflictRelatedWith(_) => {
+                "Conflict related error".to_owned()
+            }
             Self::FullTextDisabled(_) => "Full text search is not enabled for this pipeline".to_owned(),
             Self::Internal(_) | Self::Grpc(_) => "Internal error".to_owned(),
             Self::InvalidHeaderId(message)
@@ -324,6 +332,7 @@ impl ApiError {
                 id.map(|id| json!({ "id": id }))
             }
             Self::FullTextDisabled(params) => Some(json!({ "params": params })),
+            Self::ConflictRelatedWith(details) => Some(details.clone()),
             Self::UnsupportedFileType(_) => Some(json!({ "supported": trove_extract::SUPPORTED })),
             Self::Grpc(status) => Some(json!({ "error": format!("gRPC error: {status}") })),
             Self::InvalidObjectType
@@ -406,6 +415,7 @@ impl ApiError {
             | Self::ObjectNotFound { .. }
             | Self::ConflictUnique
             | Self::ConflictRelated
+            | Self::ConflictRelatedWith(_)
             | Self::Database(_)
             | Self::DatabaseBehind(_)
             | Self::DatabaseConnection(_)

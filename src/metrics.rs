@@ -176,6 +176,8 @@ pub struct WorkerMetrics {
     pub processed_latency: prometheus::Gauge,
     pub text_splitter_latency: prometheus::Gauge,
     pub embedding_latency: prometheus::Gauge,
+    /// Fragments left to embed per association being backfilled (label `vector_embedding`).
+    pub backfill_remaining: prometheus::IntGaugeVec,
 }
 
 impl WorkerMetrics {
@@ -228,6 +230,20 @@ impl WorkerMetrics {
                 "service_document_queue_embedding_latency",
                 "Seconds spent computing embeddings",
             ),
+            backfill_remaining: {
+                let gauge = prometheus::IntGaugeVec::new(
+                    Opts::new(
+                        "trove_backfill_fragments_remaining",
+                        "Fragments an embedding model added to a pipeline has still to embed",
+                    ),
+                    &["vector_embedding"],
+                )
+                .unwrap_or_else(|_| unreachable!("valid metric name"));
+                if let Err(error) = registry.register(Box::new(gauge.clone())) {
+                    tracing::error!(%error, "metric registration failed");
+                }
+                gauge
+            },
             registry,
         }
     }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::ApiTags;
 use super::extract::{self, Auth, JsonBody, state};
 use super::respond::{Created, EmptyOk, Json, List, NoContent};
-use super::schemas::{EmbeddingModel, PipelineIndex};
+use super::schemas::{EmbeddingModel, PipelineIndex, VectorEmbedding};
 use crate::access::AccessLevel;
 use crate::error::ApiError;
 use crate::service::pipelines::{self as service, NewPipelineInput, PipelineChange, PipelineRow};
@@ -58,6 +58,18 @@ pub struct UpdatePipelineBody {
     /// JSON Schema of document metadata; `"x-trove-index"` as on creation.
     #[serde(default)]
     metadata_schema: MaybeUndefined<Value>,
+    /// Extension (model migration): makes a `ready` association of the pipeline (see
+    /// `/pipelines/{pipeline_id}/embedding-models`) its default, used by searches, agents and
+    /// MCP without `params.embedding` from the next request. Only on a pipeline that holds a
+    /// model added through that route; ignored on any other, as the interface ignores it.
+    #[serde(default)]
+    default_vector_embedding_id: MaybeUndefined<Uuid>,
+}
+
+/// Body of `POST /pipelines/{pipeline_id}/embedding-models` (extension: model migration).
+#[derive(Debug, Object, Deserialize)]
+pub struct AddEmbeddingModelBody {
+    embedding_model_id: Uuid,
 }
 
 /// Body of `POST /pipelines/{pipeline_id}/classifications` and the answer of its GET.
@@ -87,8 +99,12 @@ pub struct Pipeline {
     /// The pipeline–model association, null for full-text-only pipelines.
     #[oai(nullable)]
     default_vector_embedding_id: Option<Uuid>,
-    /// Vector embedding id → embedding model.
+    /// Vector embedding id → embedding model, for each `ready` association.
     embedding_models: BTreeMap<String, EmbeddingModel>,
+    /// Extension (model migration), present only on a pipeline that holds a model added
+    /// through `POST /pipelines/{pipeline_id}/embedding-models`: every association with its
+    /// status and backfill progress, oldest first.
+    vector_embeddings: Option<Vec<VectorEmbedding>>,
     has_full_text_search: bool,
     metadata_schema: Value,
     created_at: chrono::DateTime<chrono::Utc>,
@@ -204,8 +220,9 @@ impl PipelinesApi {
     ///
     /// Changes `name`, `description`, `default_text_splitter_id` (for jobs processed
     /// afterwards) and `metadata_schema` (only compatibly: every current property keeps its
-    /// type, `required` may only shrink). The embedding model, full-text search and
-    /// classifications are not changed here.
+    /// type, `required` may only shrink). Extension (model migration):
+    /// `default_vector_embedding_id` makes a `ready` association the default. Full-text
+    /// search and classifications are not changed here.
     #[oai(path = "/pipelines/:pipeline_id", method = "patch")]
     async fn update(
         &self,
@@ -221,6 +238,7 @@ impl PipelinesApi {
             description: body.description.into(),
             default_text_splitter_id: body.default_text_splitter_id.into(),
             metadata_schema: body.metadata_schema.into(),
+            default_vector_embedding_id: body.default_vector_embedding_id.into(),
         };
         let row = service::update(
             &state.pool,
@@ -341,6 +359,75 @@ impl PipelinesApi {
     ) -> poem::Result<NoContent> {
         let state = state(req)?;
         service::delete_index(&state.pool, &auth.0, pipeline_id.0, index_id.0).await?;
+        Ok(NoContent)
+    }
+
+    /// Add an embedding model to a pipeline (extension: model migration)
+    ///
+    /// Requires write on the pipeline and read on the model. The workers compute the model's
+    /// vectors of every current fragment from the stored texts (`status` `backfilling`, with
+    /// `fragments_done` of `fragments_total`); documents submitted meanwhile are embedded with
+    /// it too. Once `ready`, searches may name it in `params.embedding`, and
+    /// `PATCH /pipelines/{pipeline_id}` may make it the default. The same model twice is
+    /// `Conflict unique error`; a pipeline holds at most 4 models.
+    #[oai(path = "/pipelines/:pipeline_id/embedding-models", method = "post")]
+    async fn add_embedding_model(
+        &self,
+        auth: Auth,
+        pipeline_id: extract::Path,
+        req: &Request,
+        body: JsonBody<AddEmbeddingModelBody>,
+    ) -> poem::Result<Created<VectorEmbedding>> {
+        let state = state(req)?;
+        let association = crate::service::vector_embeddings::add(
+            state,
+            &auth.0,
+            pipeline_id.0,
+            body.0.embedding_model_id,
+        )
+        .await?;
+        Ok(Created(association.into()))
+    }
+
+    /// List a pipeline's embedding models (extension: model migration)
+    ///
+    /// Every association, oldest first, with its status and backfill progress.
+    #[oai(path = "/pipelines/:pipeline_id/embedding-models", method = "get")]
+    async fn list_embedding_models(
+        &self,
+        auth: Auth,
+        pipeline_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<Json<Vec<VectorEmbedding>>> {
+        let state = state(req)?;
+        let associations =
+            crate::service::vector_embeddings::list(state, &auth.0, pipeline_id.0).await?;
+        Ok(Json(associations.into_iter().map(Into::into).collect()))
+    }
+
+    /// Remove an embedding model from a pipeline (extension: model migration)
+    ///
+    /// Drops its vectors and index; a backfill in progress stops. The default is
+    /// `Conflict related error`: make another one the default first.
+    #[oai(
+        path = "/pipelines/:pipeline_id/embedding-models/:vector_embedding_id",
+        method = "delete"
+    )]
+    async fn remove_embedding_model(
+        &self,
+        auth: Auth,
+        pipeline_id: extract::Path,
+        vector_embedding_id: extract::Path,
+        req: &Request,
+    ) -> poem::Result<NoContent> {
+        let state = state(req)?;
+        crate::service::vector_embeddings::remove(
+            state,
+            &auth.0,
+            pipeline_id.0,
+            vector_embedding_id.0,
+        )
+        .await?;
         Ok(NoContent)
     }
 }

@@ -99,6 +99,46 @@ pub struct EmbeddingModel {
     pub updated_at: DateTime<Utc>,
 }
 
+/// Extension (model migration): an association of a pipeline with an embedding model.
+#[derive(Debug, Clone, Serialize, Object)]
+#[oai(rename = "VectorEmbedding")]
+pub struct VectorEmbedding {
+    /// The association's id: `params.embedding` of a search may name it.
+    pub id: Uuid,
+    pub embedding_model: EmbeddingModel,
+    /// `backfilling` (vectors being computed from the stored fragments; searches naming it
+    /// answer 409), `ready`, or `failed` (see `status_reason`).
+    pub status: String,
+    #[oai(nullable)]
+    pub status_reason: Option<String>,
+    /// Current fragments the backfill embeds (null: created with its pipeline, nothing to
+    /// backfill).
+    #[oai(nullable)]
+    pub fragments_total: Option<i64>,
+    /// Fragments it has embedded so far.
+    #[oai(nullable)]
+    pub fragments_done: Option<i64>,
+    /// The pipeline's default: searches, agents and MCP without `params.embedding` use it.
+    pub default: bool,
+    #[serde(with = "rfc3339")]
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<crate::service::vector_embeddings::AssociationRow> for VectorEmbedding {
+    fn from(a: crate::service::vector_embeddings::AssociationRow) -> Self {
+        Self {
+            id: a.id,
+            embedding_model: a.embedding_model.into(),
+            status: a.status,
+            status_reason: a.status_reason,
+            fragments_total: a.fragments_total,
+            fragments_done: a.fragments_done,
+            default: a.default,
+            created_at: a.created_at,
+        }
+    }
+}
+
 impl From<embedding_models::ModelRow> for EmbeddingModel {
     fn from(r: embedding_models::ModelRow) -> Self {
         Self {

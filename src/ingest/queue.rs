@@ -205,7 +205,52 @@ pub struct Job {
     pub version: i64,
 }
 
+/// A backfill job: the next batch of one range of an association's backfill
+/// (`store::vector_embeddings`), after the fragment `after` (from the range's start without).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BackfillJob {
+    pub pipeline_id: uuid::Uuid,
+    pub backfill: uuid::Uuid,
+    pub range: u32,
+    pub after: Option<uuid::Uuid>,
+}
+
+impl BackfillJob {
+    /// The first job of a range.
+    pub fn start(pipeline_id: uuid::Uuid, vector_embedding_id: uuid::Uuid, range: u32) -> Self {
+        Self {
+            pipeline_id,
+            backfill: vector_embedding_id,
+            range,
+            after: None,
+        }
+    }
+}
+
+/// What a queue message asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum Message {
+    Backfill(BackfillJob),
+    Document(Job),
+}
+
 impl Queue {
+    /// Publishes backfill jobs and waits for JetStream to store them.
+    pub async fn publish_backfill(&self, jobs: &[BackfillJob]) -> Result<(), QueueError> {
+        for job in jobs {
+            let subject = format!("{}.{}.backfill", self.names.subject_prefix, job.pipeline_id);
+            let payload = serde_json::to_vec(job).map_err(QueueError::new)?;
+            let ack = self
+                .jetstream
+                .publish(subject, payload.into())
+                .await
+                .map_err(QueueError::new)?;
+            ack.await.map_err(QueueError::new)?;
+        }
+        Ok(())
+    }
+
     /// Publishes a job and waits for JetStream to store it.
     pub async fn publish(&self, job: &Job) -> Result<(), QueueError> {
         let subject = format!("{}.{}", self.names.subject_prefix, job.pipeline_id);

@@ -30,7 +30,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::deferred_index::{Deferral, IndexAction, QUIET_SECONDS, index_action};
-use super::queue::{Job, Queue, QueueError};
+use super::queue::{BackfillJob, Job, Queue, QueueError};
 use crate::auth::license::check_license;
 use crate::crypto::at_rest::Cipher;
 use crate::license::License;
@@ -40,14 +40,20 @@ use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_
 use crate::providers::splitting::TextSplitting;
 use crate::store::documents::DocumentStatus;
 use crate::store::ingestion::{
-    self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, UnconfirmedJob,
-    VectorTable,
+    self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, StoreError,
+    UnconfirmedJob, VectorTable,
 };
 use crate::store::words;
 use crate::store::{DatabaseError, Pool, vectors};
 
+mod backfill;
+
 /// Jobs fetched at most per batch (interface: up to 100).
 pub const BATCH_SIZE: usize = 100;
+
+/// A backfill without progress for this many republish delays has its jobs queued again (its
+/// last batches, which build the association's index, may take minutes).
+const STALLED_BACKFILL_FACTOR: u32 = 5;
 
 /// Outbox entries a sweep claims at once.
 const REPUBLISH_BATCH: i64 = 500;
@@ -179,14 +185,17 @@ fn progress_interval(ack_wait: Duration) -> Duration {
     (ack_wait / 3).max(Duration::from_millis(100))
 }
 
+/// One model's vectors of a group's fragments, in their order.
+type ModelVectors = Vec<Vec<f32>>;
+
 /// One received job with its message's slot in the batch.
-struct Delivery {
-    job: Job,
+struct Delivery<J = Job> {
+    job: J,
     slot: usize,
     batch: InFlight,
 }
 
-impl Delivery {
+impl<J> Delivery<J> {
     async fn ack(&self) {
         self.batch.settle(self.slot, AckKind::Ack).await;
     }
@@ -235,6 +244,8 @@ enum GroupError {
     Split(String),
     #[error("embedding: {0}")]
     Embed(String),
+    #[error("{}", StoreError::AssociationsChanged)]
+    AssociationsChanged,
 }
 
 /// A failure of the worker outside a group: the queue or the database.
@@ -315,6 +326,7 @@ impl Worker {
             .await
             .map_err(QueueError::new)?;
         let mut groups: BTreeMap<Uuid, Vec<Delivery>> = BTreeMap::new();
+        let mut backfills: Vec<Delivery<BackfillJob>> = Vec::new();
         let mut outcome = StepOutcome::default();
         let batch = InFlight::default();
         let mut in_progress = None;
@@ -327,18 +339,26 @@ impl Worker {
                 }
             };
             outcome.jobs += 1;
-            match serde_json::from_slice::<Job>(&message.payload) {
+            match serde_json::from_slice::<super::queue::Message>(&message.payload) {
                 Ok(job) => {
                     if in_progress.is_none() {
                         in_progress =
                             Some(batch.keep_in_progress(progress_interval(self.ack_wait)));
                     }
                     let slot = batch.hold(message).await;
-                    groups.entry(job.pipeline_id).or_default().push(Delivery {
-                        job,
-                        slot,
-                        batch: batch.clone(),
-                    });
+                    let batch = batch.clone();
+                    match job {
+                        super::queue::Message::Document(job) => {
+                            groups.entry(job.pipeline_id).or_default().push(Delivery {
+                                job,
+                                slot,
+                                batch,
+                            });
+                        }
+                        super::queue::Message::Backfill(job) => {
+                            backfills.push(Delivery { job, slot, batch });
+                        }
+                    }
                 }
                 Err(error) => {
                     // A message that is not a job can never succeed: drop it.
@@ -352,6 +372,15 @@ impl Worker {
             outcome.stored += group.stored;
             outcome.skipped += group.skipped;
             outcome.failed += group.failed;
+        }
+        // One backfill job a step: the others go back at once, for another step loop or
+        // worker (a backfill's ranges are walked in parallel).
+        let mut backfills = backfills.into_iter();
+        if let Some(first) = backfills.next() {
+            for other in backfills {
+                other.nak(Duration::ZERO).await;
+            }
+            self.backfill(&first).await;
         }
         // Every message is settled now: stop marking the batch.
         drop(in_progress);
@@ -408,13 +437,23 @@ impl Worker {
 
         let split_started = Instant::now();
         let (mut prepared, finished) = self.read_versions(deliveries, &mut outcome).await?;
-        // The pipeline's embedding model (its tokenizer may split, too).
-        let spec = match pipeline.embedding_model_id {
-            Some(model_id) if !prepared.is_empty() => Some(self.model_spec(model_id).await?),
-            _ => None,
-        };
-        let local_model = spec
-            .as_ref()
+        // The models of the pipeline's associations (the default's tokenizer may split, too).
+        let tables = pipeline.vector_tables();
+        let mut specs = Vec::with_capacity(tables.len());
+        if !prepared.is_empty() {
+            for (_, model_id) in &tables {
+                specs.push(self.model_spec(*model_id).await?);
+            }
+        }
+        let local_model = pipeline
+            .embedding_model_id
+            .and_then(|default| {
+                tables
+                    .iter()
+                    .zip(&specs)
+                    .find(|((_, model), _)| *model == default)
+            })
+            .map(|(_, spec)| spec)
             .filter(|spec| spec.provider == ProviderKind::Local)
             .map(|spec| spec.model_name.as_str());
         self.split(&pipeline, &mut prepared, local_model).await?;
@@ -422,19 +461,22 @@ impl Worker {
             .text_splitter_latency
             .add(split_started.elapsed().as_secs_f64());
 
-        let (vectors, configs) = self
-            .embed_and_detect(&pipeline, &prepared, spec.as_ref())
-            .await?;
+        let (vectors, configs) = self.embed_and_detect(&pipeline, &prepared, &specs).await?;
         let build_index = match pipeline.ve_id {
-            Some(vector_embedding_id) if self.index_defer_rows > 0 => {
-                self.prepare_index(vector_embedding_id, &prepared).await
+            Some(vector_embedding_id)
+                if self.index_defer_rows > 0
+                    && self.prepare_index(vector_embedding_id, &prepared).await =>
+            {
+                Some(vector_embedding_id)
             }
-            _ => false,
+            _ => None,
         };
+        let tables: Vec<VectorTable> = tables.into_iter().map(|(table, _)| table).collect();
         let stored = self
             .store(
                 pipeline_id,
                 &pipeline,
+                &tables,
                 (&prepared, &vectors, &configs),
                 build_index,
             )
@@ -597,14 +639,15 @@ impl Worker {
         Ok(())
     }
 
-    /// Embeds every fragment of the group at once; meanwhile, on the blocking pool, detects
-    /// the language of each fragment for its full-text vector.
+    /// Embeds every fragment of the group at once with each model of `specs` (those of the
+    /// pipeline's associations, in their order); meanwhile, on the blocking pool, detects the
+    /// language of each fragment for its full-text vector. Returns the vectors per model.
     async fn embed_and_detect(
         &self,
         pipeline: &PipelineForWork,
         prepared: &[Prepared],
-        spec: Option<&ModelSpec>,
-    ) -> Result<(Vec<Vec<f32>>, Vec<&'static str>), GroupError> {
+        specs: &[ModelSpec],
+    ) -> Result<(Vec<ModelVectors>, Vec<&'static str>), GroupError> {
         let embed_started = Instant::now();
         let texts: Arc<Vec<String>> = Arc::new(
             prepared
@@ -613,20 +656,14 @@ impl Worker {
                 .collect(),
         );
         let embedding = async {
-            let vectors = match spec {
-                Some(spec) if !texts.is_empty() => {
-                    let embedder = self
-                        .embedders
-                        .embedder(spec)
-                        .await
-                        .map_err(|e| GroupError::Embed(e.to_string()))?;
-                    embedder
-                        .embed(&texts)
-                        .await
-                        .map_err(|e| GroupError::Embed(e.to_string()))?
+            let mut vectors = Vec::with_capacity(specs.len());
+            for spec in specs {
+                if texts.is_empty() {
+                    vectors.push(Vec::new());
+                    continue;
                 }
-                _ => Vec::new(),
-            };
+                vectors.push(self.embed(spec, &texts).await?);
+            }
             self.metrics
                 .embedding_latency
                 .add(embed_started.elapsed().as_secs_f64());
@@ -637,6 +674,19 @@ impl Worker {
             text_search_configs(pipeline.has_full_text_search, Arc::clone(&texts))
         );
         Ok((vectors?, configs?))
+    }
+
+    /// Embeds `texts` with a model.
+    async fn embed(&self, spec: &ModelSpec, texts: &[String]) -> Result<Vec<Vec<f32>>, GroupError> {
+        let embedder = self
+            .embedders
+            .embedder(spec)
+            .await
+            .map_err(|e| GroupError::Embed(e.to_string()))?;
+        embedder
+            .embed(texts)
+            .await
+            .map_err(|e| GroupError::Embed(e.to_string()))
     }
 
     /// The embedder description of a stored model, secrets decrypted.
@@ -655,22 +705,33 @@ impl Worker {
         &self,
         pipeline_id: Uuid,
         pipeline: &PipelineForWork,
-        (prepared, vectors, text_configs): (&[Prepared], &[Vec<f32>], &[&'static str]),
-        build_index: bool,
+        tables: &[VectorTable],
+        (prepared, vectors, text_configs): (&[Prepared], &[ModelVectors], &[&'static str]),
+        build_index: Option<Uuid>,
     ) -> Result<Vec<bool>, GroupError> {
-        let dimensions = pipeline
-            .dimensions
-            .and_then(|d| usize::try_from(d).ok())
-            .unwrap_or(0);
-        let flat: Vec<f32> = vectors.iter().flatten().copied().collect();
+        // Per table, its dimension and the group's vectors back to back.
+        let flats: Vec<(usize, Vec<f32>)> = tables
+            .iter()
+            .zip(vectors)
+            .map(|(table, vectors)| {
+                (
+                    usize::try_from(table.dimensions).unwrap_or(0),
+                    vectors.iter().flatten().copied().collect(),
+                )
+            })
+            .collect();
         let mut offset = 0;
         let mut versions = Vec::with_capacity(prepared.len());
         for p in prepared {
             let count = p.fragments.len();
             let configs = text_configs.get(offset..offset + count).unwrap_or_default();
-            let fragment_vectors = flat
-                .get(offset * dimensions..(offset + count) * dimensions)
-                .unwrap_or_default();
+            let fragment_vectors = flats
+                .iter()
+                .map(|(dimensions, flat)| {
+                    flat.get(offset * dimensions..(offset + count) * dimensions)
+                        .unwrap_or_default()
+                })
+                .collect();
             offset += count;
             versions.push(ProcessedVersion {
                 document_id: p.job.document_id,
@@ -702,14 +763,18 @@ impl Worker {
         let group = ingestion::store_group(
             &self.pool,
             pipeline_id,
-            vector_table,
+            tables,
             &versions,
             &metadata_schema::write_order_fields(&pipeline.metadata_schema),
             build_index,
         )
-        .await?;
-        if let (Some(table), Some(index)) = (vector_table, group.index) {
-            log_build(table.vector_embedding_id, index, started, "with a group");
+        .await
+        .map_err(|error| match error {
+            StoreError::Database(error) => GroupError::Database(error),
+            StoreError::AssociationsChanged => GroupError::AssociationsChanged,
+        })?;
+        if let (Some(id), Some(index)) = (build_index, group.index) {
+            log_build(id, index, started, "with a group");
         }
         if let Err(error) =
             ingestion::read_back(&self.pool, vector_table, &group.fragment_ids).await
@@ -926,7 +991,8 @@ impl Worker {
 
     /// Every minute, fails the versions pending for more than 24 hours and builds the deferred
     /// indexes of pipelines with nothing pending; every quarter of the
-    /// republish delay, publishes again the jobs never confirmed queued.
+    /// republish delay, publishes again the jobs never confirmed queued, queues again the
+    /// backfills without progress, and refreshes the backfill gauge.
     async fn sweep_loop(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut stale = tokio::time::interval(Duration::from_secs(60));
         let mut unconfirmed = tokio::time::interval(republish_interval(self.republish_after));
@@ -949,6 +1015,12 @@ impl Worker {
                         Ok(n) => tracing::info!(jobs = n, "jobs of pending versions never confirmed queued published again"),
                         Err(error) => tracing::warn!(%error, "publishing unconfirmed jobs again failed"),
                     }
+                    let quiet = self.republish_after * STALLED_BACKFILL_FACTOR;
+                    match self.requeue_stalled_backfills(quiet).await {
+                        0 => {}
+                        n => tracing::info!(jobs = n, "jobs of backfills without progress queued again"),
+                    }
+                    self.refresh_backfill_gauge().await;
                 }
                 _ = shutdown.changed() => return,
             }

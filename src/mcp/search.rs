@@ -48,7 +48,7 @@ pub async fn run(
         .transpose()?;
 
     // 1. The pipeline, with read and execute.
-    let context = pipelines::require_for_search(
+    let mut context = pipelines::require_for_search(
         &state.pool,
         auth,
         pipeline_id,
@@ -57,7 +57,12 @@ pub async fn run(
     .await
     .map_err(|error| error_data(&error))?;
 
-    // 2. The embedding model: one of the pipeline's, by model id.
+    // 2. The embedding model: one of the pipeline's, by model id (a `ready` one added to the
+    // pipeline after its creation, too: extension model migration).
+    match service::select_association(state, &mut context, requested_model).await {
+        Ok(()) | Err(ApiError::VectorEmbeddingNotFound(_)) => {}
+        Err(error) => return Err(error_data(&error)),
+    }
     let model_id = model_id(requested_model, &context.pipeline)?;
 
     // 3. The query's embedding, for every type.

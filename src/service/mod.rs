@@ -12,6 +12,7 @@ pub mod pipelines;
 pub mod search;
 pub mod taxonomies;
 pub mod text_splitters;
+pub mod vector_embeddings;
 
 /// The list envelope the list functions return: `data`, `page_info`, `query_info`.
 pub use crate::store::listing::Envelope;

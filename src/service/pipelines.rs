@@ -239,7 +239,7 @@ pub async fn create(
         let vector_embedding_id = Uuid::new_v4();
         store::insert_vector_embedding(&mut tx, vector_embedding_id, id, model_id, dimensions)
             .await?;
-        vectors::create_table(&mut tx, vector_embedding_id, dimensions, index).await?;
+        vectors::create_table(&mut tx, vector_embedding_id, dimensions, Some(index)).await?;
         indexes::sync_vector_field_indexes(&mut tx, Some(id)).await?;
     }
     tx.commit().await?;
@@ -252,6 +252,8 @@ pub struct PipelineChange {
     pub description: Change<String>,
     pub default_text_splitter_id: Change<Uuid>,
     pub metadata_schema: Change<Value>,
+    /// Extension (model migration): a `ready` association to make the default.
+    pub default_vector_embedding_id: Change<Uuid>,
 }
 
 /// Changes a pipeline's name, description, default splitter or (compatibly) its schema.
@@ -281,7 +283,25 @@ pub async fn update(
         }
         _ => (current.metadata_schema.clone(), false),
     };
+    // Extension (model migration): only on a pipeline that holds a model added through it;
+    // on any other the field is ignored, as the interface ignores fields it does not change.
+    let default_vector_embedding = match change.default_vector_embedding_id {
+        Change::Omitted => None,
+        _ if !super::vector_embeddings::uses_extension(pool, id).await? => None,
+        Change::Value(association) => {
+            super::vector_embeddings::check_default(pool, id, association).await?;
+            Some(association)
+        }
+        Change::Null => {
+            return Err(ApiError::InvalidParameter(
+                "default_vector_embedding_id cannot be null".to_owned(),
+            ));
+        }
+    };
     store::update(pool, id, &name, description.as_deref(), splitter, &schema).await?;
+    if let Some(association) = default_vector_embedding {
+        super::vector_embeddings::set_default(pool, id, association).await?;
+    }
     if schema_changed {
         let mut tx = pool.begin().await?;
         indexes::ensure_field_statistics(&mut tx, &schema).await?;
@@ -294,8 +314,8 @@ pub async fn update(
 
 /// Deletes a pipeline and everything in it.
 pub async fn delete(pool: &Pool, auth: &AuthContext, id: Uuid) -> ApiResult<()> {
-    let current = require(pool, auth, id, AccessLevel::WRITE).await?;
-    store::delete(pool, id, current.ve_id).await?;
+    require(pool, auth, id, AccessLevel::WRITE).await?;
+    store::delete(pool, id).await?;
     // The indexes of declared fields no other pipeline asks for go with it.
     let mut tx = pool.begin().await?;
     indexes::sync_declared_field_indexes(&mut tx).await?;

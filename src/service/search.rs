@@ -54,6 +54,38 @@ pub fn hit_object(state: &AppState, hit: Hit) -> ApiResult<Value> {
     Ok(Value::Object(object))
 }
 
+/// Puts the association that `requested` names (its id or its model's), when it is not the
+/// pipeline's default, in the place of the default's in `context`: `Vector embedding not
+/// found` when the pipeline has none such, `Conflict related error` with its progress while it
+/// is not `ready` (extension: model migration).
+pub async fn select_association(
+    state: &AppState,
+    context: &mut SearchContext,
+    requested: Option<Uuid>,
+) -> ApiResult<()> {
+    let Some(requested) = requested else {
+        return Ok(());
+    };
+    let pipeline = &context.pipeline;
+    if pipeline.ve_id == Some(requested) || pipeline.em_id == Some(requested) {
+        return Ok(());
+    }
+    let association =
+        crate::store::pipelines::association_context(state.pool.pg_pool(), pipeline.id, requested)
+            .await?
+            .ok_or(ApiError::VectorEmbeddingNotFound(Some(requested)))?;
+    if association.status != crate::store::vector_embeddings::STATUS_READY {
+        return Err(super::vector_embeddings::not_ready(
+            association.ve_id,
+            &association.status,
+            association.fragments_done,
+            association.fragments_total,
+        ));
+    }
+    context.use_association(association);
+    Ok(())
+}
+
 /// Which association a vector search uses: `params.embedding` (a vector embedding id or the
 /// id of its model), else the pipeline's default; `Vector embedding not found` otherwise.
 fn vector_embedding(pipeline: &PipelineRow, requested: Option<Uuid>) -> ApiResult<(Uuid, Uuid)> {
@@ -318,7 +350,17 @@ pub async fn run_with(
         .as_ref()
         .filter(|p| p.pipeline_id == pipeline_id)
         .and_then(|p| p.gate);
-    let (context, connection) = permitted_context(state, auth, pipeline_id, prefetched).await?;
+    let (mut context, connection) = permitted_context(state, auth, pipeline_id, prefetched).await?;
+    let requested = EffectiveParams::from_request(input.kind, input.params.as_ref());
+    // An association other than the default, named by `params.embedding`: read now, its
+    // error reported in its turn.
+    let mut association_error = if input.kind.embeds_query() {
+        select_association(state, &mut context, requested.embedding)
+            .await
+            .err()
+    } else {
+        None
+    };
     let pipeline = &context.pipeline;
     // The search statement runs on the connection that read the context: its server process
     // has just worked on this pipeline, and the search takes one connection fewer. A model
@@ -332,7 +374,6 @@ pub async fn run_with(
         }
         kept => kept,
     };
-    let requested = EffectiveParams::from_request(input.kind, input.params.as_ref());
     check_kind(input.kind, pipeline, &requested, state.config.extensions)?;
     let reranker = reranker_of(state, auth, input.kind, &requested).await?;
     // The statement returns the reranker's candidates too; the search keeps `k` of them.
@@ -345,7 +386,10 @@ pub async fn run_with(
     let vector_target = input
         .kind
         .embeds_query()
-        .then(|| vector_embedding(pipeline, params.embedding));
+        .then(|| match association_error.take() {
+            Some(error) => Err(error),
+            None => vector_embedding(pipeline, params.embedding),
+        });
     let wants_vector = params.k > 0 && (input.kind != SearchKind::Mmr || params.fetch_k > 0);
     let embedding = query_embedding(
         state,

@@ -39,7 +39,7 @@ impl ProviderRow {
 }
 
 /// An embedding model as the API shows it (secret parameters are never part of it).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, serde::Deserialize)]
 pub struct ModelRow {
     pub id: Uuid,
     pub name: String,

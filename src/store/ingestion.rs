@@ -18,24 +18,57 @@ use super::vectors;
 pub struct PipelineForWork {
     pub default_text_splitter_id: Uuid,
     pub has_full_text_search: bool,
-    /// The pipeline's vector embedding (association), if it has a model.
+    /// The pipeline's default vector embedding (association), if it has a model.
     pub ve_id: Option<Uuid>,
     pub embedding_model_id: Option<Uuid>,
     pub dimensions: Option<i32>,
     pub metadata_schema: Value,
+    /// Every association a group embeds its fragments with (`ready` or `backfilling`), the
+    /// default first, as parallel arrays.
+    pub association_ids: Vec<Uuid>,
+    pub association_models: Vec<Uuid>,
+    pub association_dimensions: Vec<i32>,
 }
+
+impl PipelineForWork {
+    /// The associations a group embeds its fragments with, the default first.
+    pub fn vector_tables(&self) -> Vec<(VectorTable, Uuid)> {
+        self.association_ids
+            .iter()
+            .zip(&self.association_models)
+            .zip(&self.association_dimensions)
+            .map(|((&vector_embedding_id, &model), &dimensions)| {
+                (
+                    VectorTable {
+                        vector_embedding_id,
+                        dimensions,
+                    },
+                    model,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The associations a group stores vectors in: `ready` or `backfilling`, the default first.
+const WORK_ASSOCIATIONS: &str = "FROM vector_embeddings a
+    WHERE a.pipeline_id = p.id AND a.status <> 'failed'
+    ORDER BY a.is_default DESC, a.created_at, a.id";
 
 /// The pipeline of a group; `None` once it has been deleted.
 pub async fn pipeline_for_work(
     pool: &PgPool,
     pipeline_id: Uuid,
 ) -> Result<Option<PipelineForWork>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(AssertSqlSafe(format!(
         "SELECT p.default_text_splitter_id, p.has_full_text_search, ve.id AS ve_id, ve.embedding_model_id,
-                ve.dimensions, p.metadata_schema
-         FROM pipelines p LEFT JOIN vector_embeddings ve ON ve.pipeline_id = p.id
-         WHERE p.id = $1",
-    )
+                ve.dimensions, p.metadata_schema,
+                ARRAY(SELECT a.id {WORK_ASSOCIATIONS}) AS association_ids,
+                ARRAY(SELECT a.embedding_model_id {WORK_ASSOCIATIONS}) AS association_models,
+                ARRAY(SELECT a.dimensions {WORK_ASSOCIATIONS}) AS association_dimensions
+         FROM pipelines p LEFT JOIN vector_embeddings ve ON ve.pipeline_id = p.id AND ve.is_default
+         WHERE p.id = $1"
+    )))
     .bind(pipeline_id)
     .fetch_optional(pool)
     .await
@@ -153,12 +186,12 @@ pub struct ProcessedVersion<'a> {
     /// Older versions expire with this one's success.
     pub expires_older: bool,
     pub fragments: Vec<NewFragment<'a>>,
-    /// The fragments' vectors, concatenated (empty without an embedding model).
-    pub vectors: &'a [f32],
+    /// Per vector table of the group (in its order), the fragments' vectors, concatenated.
+    pub vectors: Vec<&'a [f32]>,
 }
 
 /// Where a group's vectors go: the association and its dimension.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VectorTable {
     pub vector_embedding_id: Uuid,
     pub dimensions: i32,
@@ -174,6 +207,13 @@ pub struct VectorTable {
 /// reads fewer pages: on the service benchmark the 3,050 vectors of a 5 % category lie on 923
 /// of the table's 14,963 pages instead of 1,525.
 ///
+/// The vectors go to each of `tables` that is still an association of the pipeline. Its
+/// associations are read once the pipeline's row is held (an association is added while
+/// holding it exclusively): one that is `ready` and not among `tables` was finished since the
+/// group read them, and the group is refused ([`StoreError::AssociationsChanged`], to embed
+/// again); one in `backfilling` gets its vectors from the backfill, which checks under the
+/// same lock that none is missing before it finishes.
+///
 /// With `build_index`, the association's deferred HNSW index is built in the same transaction
 /// once the group is stored (a burst's last group), so that its versions become `success` with
 /// the index that searches walk and with `fragments` analysed, and none of its vectors is
@@ -184,11 +224,11 @@ pub struct VectorTable {
 pub async fn store_group(
     pool: &PgPool,
     pipeline_id: Uuid,
-    vector_table: Option<VectorTable>,
+    tables: &[VectorTable],
     versions: &[ProcessedVersion<'_>],
     order_by: &[String],
-    build_index: bool,
-) -> Result<StoredGroup, sqlx::Error> {
+    build_index: Option<Uuid>,
+) -> Result<StoredGroup, StoreError> {
     if versions.is_empty() {
         return Ok(StoredGroup::default());
     }
@@ -205,13 +245,29 @@ pub async fn store_group(
         .bind(pipeline_id)
         .execute(&mut *tx)
         .await?;
-    let builder = match vector_table {
-        Some(table) if build_index => {
-            let locked = vectors::try_build_lock(&mut tx, table.vector_embedding_id).await?;
+    let current: Vec<(Uuid, bool)> = sqlx::query_as(
+        "SELECT id, status = 'ready' FROM vector_embeddings
+         WHERE pipeline_id = $1 AND status <> 'failed'",
+    )
+    .bind(pipeline_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let known = |id: Uuid| tables.iter().any(|t| t.vector_embedding_id == id);
+    if current.iter().any(|&(id, ready)| ready && !known(id)) {
+        return Err(StoreError::AssociationsChanged);
+    }
+    let still = |table: &VectorTable| {
+        current
+            .iter()
+            .any(|&(id, _)| id == table.vector_embedding_id)
+    };
+    let builder = match build_index {
+        Some(id) if current.iter().any(|&(current, _)| current == id) => {
+            let locked = vectors::try_build_lock(&mut tx, id).await?;
             if locked {
-                vectors::lock_for_build(&mut tx, table.vector_embedding_id).await?;
+                vectors::lock_for_build(&mut tx, id).await?;
             }
-            locked.then_some(table.vector_embedding_id)
+            locked.then_some(id)
         }
         _ => None,
     };
@@ -220,15 +276,16 @@ pub async fn store_group(
         .iter()
         .map(|v| pending.contains(&(v.document_id, v.version)))
         .collect();
-    let fragments = FragmentColumns::of(versions, &stored, order_by);
+    let fragments = FragmentColumns::of(versions, &stored, order_by, tables.len());
     insert_fragments(&mut tx, pipeline_id, &fragments).await?;
-    if let Some(table) = vector_table
-        && !fragments.vectors.is_empty()
-    {
-        let live: Vec<bool> = fragments.expired.iter().map(Option::is_none).collect();
+    let live: Vec<bool> = fragments.expired.iter().map(Option::is_none).collect();
+    for (table, flat) in tables.iter().zip(&fragments.vectors) {
+        if flat.is_empty() || !still(table) {
+            continue;
+        }
         let rows = vectors::NewVectors {
             ids: &fragments.ids,
-            flat: &fragments.vectors,
+            flat,
             classifications: &fragments.classifications,
             metadata: &fragments.metadata,
             live: &live,
@@ -237,8 +294,8 @@ pub async fn store_group(
     }
     mark_success(&mut tx, &pending).await?;
     let expired = expire_older_versions(&mut tx, versions, &stored).await?;
-    if let Some(table) = vector_table {
-        vectors::expire(&mut tx, table.vector_embedding_id, &expired).await?;
+    for &(id, _) in &current {
+        vectors::expire(&mut tx, id, &expired).await?;
     }
     let index = match builder {
         Some(vector_embedding_id) => Some(build_in_group(&mut tx, vector_embedding_id).await?),
@@ -294,6 +351,16 @@ pub async fn read_back(
     .execute(&mut *conn)
     .await?;
     flushed.map(|_| ())
+}
+
+/// Why [`store_group`] stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Database(#[from] sqlx::Error),
+    /// An association the group has no vectors for became `ready` since it was read.
+    #[error("the pipeline's embedding models changed while the group was embedded")]
+    AssociationsChanged,
 }
 
 /// What [`store_group`] did.
@@ -567,13 +634,19 @@ struct FragmentColumns<'a> {
     expired: Vec<Option<DateTime<Utc>>>,
     texts: Vec<Option<&'a str>>,
     configs: Vec<&'static str>,
-    vectors: Vec<f32>,
+    /// Per vector table, the vectors back to back.
+    vectors: Vec<Vec<f32>>,
 }
 
 impl<'a> FragmentColumns<'a> {
     /// The fragments of the stored versions, the versions in the order of their metadata's
     /// string values of `order_by`, then their classification (otherwise as given).
-    fn of(versions: &'a [ProcessedVersion<'a>], stored: &[bool], order_by: &[String]) -> Self {
+    fn of(
+        versions: &'a [ProcessedVersion<'a>],
+        stored: &[bool],
+        order_by: &[String],
+        tables: usize,
+    ) -> Self {
         let mut kept: Vec<&ProcessedVersion<'a>> = versions
             .iter()
             .zip(stored)
@@ -586,7 +659,10 @@ impl<'a> FragmentColumns<'a> {
                 .collect();
             (values, v.classification)
         });
-        let mut columns = Self::default();
+        let mut columns = Self {
+            vectors: vec![Vec::new(); tables],
+            ..Self::default()
+        };
         for v in kept {
             for (order_id, fragment) in v.fragments.iter().enumerate() {
                 columns.ids.push(Uuid::now_v7());
@@ -606,7 +682,9 @@ impl<'a> FragmentColumns<'a> {
                 columns.texts.push(text);
                 columns.configs.push(config);
             }
-            columns.vectors.extend_from_slice(v.vectors);
+            for (flat, vectors) in columns.vectors.iter_mut().zip(&v.vectors) {
+                flat.extend_from_slice(vectors);
+            }
         }
         columns
     }
@@ -728,12 +806,12 @@ mod tests {
                         full_text: None,
                     })
                     .collect(),
-                vectors: &vectors[i],
+                vectors: vec![&vectors[i], &vectors[i]],
             })
             .collect();
         let stored = [true, true, true, true, false];
         let check = |order_by: &[String], expected: [u8; 4]| {
-            let columns = FragmentColumns::of(&versions, &stored, order_by);
+            let columns = FragmentColumns::of(&versions, &stored, order_by, 2);
             let documents: Vec<u128> = columns.document_ids.iter().map(|id| id.as_u128()).collect();
             let each_twice: Vec<u8> = expected.iter().flat_map(|&d| [d, d]).collect();
             assert_eq!(
@@ -744,10 +822,9 @@ mod tests {
                     .collect::<Vec<_>>()
             );
             assert_eq!(columns.order_ids, [0, 1, 0, 1, 0, 1, 0, 1]);
-            assert_eq!(
-                columns.vectors,
-                each_twice.iter().map(|&d| f32::from(d)).collect::<Vec<_>>()
-            );
+            // Each of the two vector tables gets them in the same order.
+            let flat: Vec<f32> = each_twice.iter().map(|&d| f32::from(d)).collect();
+            assert_eq!(columns.vectors, [flat.clone(), flat]);
         };
         // By classification alone; a version not stored is left out.
         check(&[], [3, 0, 1, 2]);

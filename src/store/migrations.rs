@@ -107,6 +107,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "document_files",
         sql: include_str!("../../migrations/0018_document_files.sql"),
     },
+    Migration {
+        version: 19,
+        name: "vector_embedding_backfill",
+        sql: include_str!("../../migrations/0019_vector_embedding_backfill.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -19,6 +19,7 @@ pub mod pipelines;
 pub mod replicas;
 pub mod taxonomies;
 pub mod text_splitters;
+pub mod vector_embeddings;
 pub mod vectors;
 mod warm;
 pub mod words;

@@ -36,6 +36,10 @@ pub struct PipelineRow {
     pub em_dimensions: Option<i32>,
     pub em_created_at: Option<DateTime<Utc>>,
     pub em_updated_at: Option<DateTime<Utc>>,
+    /// Every association of the pipeline (`vector_embeddings::associations_json_sql`), in the
+    /// rows the API shows; absent from a search's context.
+    #[sqlx(default)]
+    pub associations: Option<Value>,
 }
 
 impl PipelineRow {
@@ -62,17 +66,42 @@ impl PipelineRow {
 
 impl Serialize for PipelineRow {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(10))?;
+        let mut map = s.serialize_map(Some(11))?;
         map.serialize_entry("id", &self.id)?;
         map.serialize_entry("name", &self.name)?;
         map.serialize_entry("description", &self.description)?;
         map.serialize_entry("default_text_splitter_id", &self.default_text_splitter_id)?;
         map.serialize_entry("default_vector_embedding_id", &self.ve_id)?;
+        // The interface's map lists the `ready` associations; the extension field
+        // `vector_embeddings` every one, with its status and backfill.
+        let associations = self
+            .associations
+            .clone()
+            .map(super::vector_embeddings::parse);
         let mut models = serde_json::Map::new();
-        if let (Some(ve_id), Some(model)) = (self.ve_id, self.embedding_model()) {
-            models.insert(ve_id.to_string(), model);
+        match &associations {
+            Some(associations) => {
+                for association in associations.iter().filter(|a| a.is_ready()) {
+                    let model = serde_json::to_value(&association.embedding_model)
+                        .map_err(serde::ser::Error::custom)?;
+                    models.insert(association.id.to_string(), model);
+                }
+            }
+            None => {
+                if let (Some(ve_id), Some(model)) = (self.ve_id, self.embedding_model()) {
+                    models.insert(ve_id.to_string(), model);
+                }
+            }
         }
         map.serialize_entry("embedding_models", &models)?;
+        // Only on a pipeline that holds a model added through the extension, so that every
+        // other pipeline object is exactly the interface's.
+        if let Some(associations) = associations
+            .as_ref()
+            .filter(|a| a.iter().any(|a| a.fragments_total.is_some()))
+        {
+            map.serialize_entry("vector_embeddings", associations)?;
+        }
         map.serialize_entry("has_full_text_search", &self.has_full_text_search)?;
         map.serialize_entry("metadata_schema", &self.metadata_schema)?;
         map.serialize_entry("created_at", &rfc3339::format(&self.created_at))?;
@@ -130,7 +159,8 @@ pub fn select_base() -> SelectStatement {
         .left_join(
             ve.clone(),
             Expr::col((ve.clone(), Alias::new("pipeline_id")))
-                .equals((p.clone(), Alias::new("id"))),
+                .equals((p.clone(), Alias::new("id")))
+                .and(Expr::col((ve.clone(), Alias::new("is_default")))),
         )
         .left_join(
             em.clone(),
@@ -139,9 +169,21 @@ pub fn select_base() -> SelectStatement {
     select
 }
 
+/// [`select_base`] with every association of the pipeline, as the API shows pipelines.
+fn select_shown() -> SelectStatement {
+    let mut select = select_base();
+    select.expr_as(
+        Expr::cust(super::vector_embeddings::associations_json_sql(
+            "\"pipelines\".\"id\"",
+        )),
+        Alias::new("associations"),
+    );
+    select
+}
+
 /// The base of the pipeline list: readable pipelines only.
 pub fn list_base(readable_ids: Option<Vec<Uuid>>) -> SelectStatement {
-    let mut select = select_base();
+    let mut select = select_shown();
     if let Some(ids) = readable_ids {
         select.and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).is_in(ids));
     }
@@ -152,7 +194,7 @@ pub fn list_base(readable_ids: Option<Vec<Uuid>>) -> SelectStatement {
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<PipelineRow>, sqlx::Error> {
     use sea_query::PostgresQueryBuilder;
     use sea_query_sqlx::SqlxBinder;
-    let mut select = select_base();
+    let mut select = select_shown();
     select.and_where(Expr::col((Alias::new("pipelines"), Alias::new("id"))).eq(id));
     let (sql, values) = select.build_sqlx(PostgresQueryBuilder);
     sqlx::query_as_with(sqlx::AssertSqlSafe(sql), values)
@@ -387,6 +429,7 @@ pub async fn insert(conn: &mut PgConnection, p: &NewPipeline<'_>) -> Result<(), 
     Ok(())
 }
 
+/// Inserts the association a pipeline is created with: its default, `ready`.
 pub async fn insert_vector_embedding(
     conn: &mut PgConnection,
     id: Uuid,
@@ -394,7 +437,10 @@ pub async fn insert_vector_embedding(
     embedding_model_id: Uuid,
     dimensions: i32,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO vector_embeddings (id, pipeline_id, embedding_model_id, dimensions) VALUES ($1, $2, $3, $4)")
+    sqlx::query(
+        "INSERT INTO vector_embeddings (id, pipeline_id, embedding_model_id, dimensions, is_default)
+         VALUES ($1, $2, $3, $4, true)",
+    )
         .bind(id)
         .bind(pipeline_id)
         .bind(embedding_model_id)
@@ -494,11 +540,7 @@ pub async fn versions_outside(
 
 /// Deletes a pipeline with everything it holds: documents, fragments, vectors, indexes,
 /// classifications, the association and permission entries.
-pub async fn delete(
-    pool: &PgPool,
-    id: Uuid,
-    vector_embedding_id: Option<Uuid>,
-) -> Result<(), sqlx::Error> {
+pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     // First the pipeline's row, which document deletes lock too (see `documents::delete`):
     // they finish before the vector table is dropped.
@@ -509,8 +551,13 @@ pub async fn delete(
     for index in super::indexes::index_ids(&mut tx, id).await? {
         super::indexes::drop_index(&mut tx, index).await?;
     }
-    if let Some(ve) = vector_embedding_id {
-        super::vectors::drop_table(&mut tx, ve).await?;
+    let associations: Vec<Uuid> =
+        sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1")
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+    for association in associations {
+        super::vectors::drop_table(&mut tx, association).await?;
     }
     // The fragments' word statistics go with the pipeline: not counted out one by one.
     sqlx::query("SELECT set_config('trove.deleting_pipeline', $1::text, true)")
@@ -560,4 +607,71 @@ pub async fn touch(conn: &mut PgConnection, pipeline_id: Uuid) -> Result<(), sql
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// What a search reads of an association other than the pipeline's default: the fields of
+/// [`SearchContext`] that describe the association, its status and backfill progress.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AssociationContext {
+    pub ve_id: Uuid,
+    pub ve_dimensions: i32,
+    #[sqlx(flatten)]
+    pub model: crate::store::embedding::ModelRow,
+    pub secret_parameters: Option<Vec<u8>>,
+    pub unit_vectors: bool,
+    pub estimated_rows: Option<f32>,
+    pub index_deferred: bool,
+    pub status: String,
+    pub fragments_total: Option<i64>,
+    pub fragments_done: Option<i64>,
+}
+
+/// The association of `pipeline_id` whose id, or whose model's id, is `requested`.
+pub async fn association_context(
+    pool: &PgPool,
+    pipeline_id: Uuid,
+    requested: Uuid,
+) -> Result<Option<AssociationContext>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT ve.id AS ve_id, ve.dimensions AS ve_dimensions,
+                em.id, em.name, em.description, em.provider, em.model_name, em.parameters,
+                em.dimensions, em.created_at, em.updated_at, em.secret_parameters,
+                ve.unit_vectors, {} AS estimated_rows,
+                ve.deferred_index_m IS NOT NULL AS index_deferred, ve.status,
+                b.fragments_total, b.fragments_done
+         FROM vector_embeddings ve
+         JOIN embedding_models em ON em.id = ve.embedding_model_id
+         LEFT JOIN vector_embedding_backfills b ON b.vector_embedding_id = ve.id
+         WHERE ve.pipeline_id = $1 AND (ve.id = $2 OR ve.embedding_model_id = $2)",
+        super::vectors::estimated_rows_sql(
+            "to_regclass('vectors_' || replace(ve.id::text, '-', ''))"
+        )
+    )))
+    .bind(pipeline_id)
+    .bind(requested)
+    .fetch_optional(pool)
+    .await
+}
+
+impl SearchContext {
+    /// The context with `association` in place of the default's.
+    pub fn use_association(&mut self, association: AssociationContext) {
+        let p = &mut self.pipeline;
+        p.ve_id = Some(association.ve_id);
+        p.ve_dimensions = Some(association.ve_dimensions);
+        let model = association.model;
+        p.em_id = Some(model.id);
+        p.em_name = Some(model.name);
+        p.em_description = model.description;
+        p.em_provider = Some(model.provider);
+        p.em_model_name = Some(model.model_name);
+        p.em_parameters = Some(model.parameters);
+        p.em_dimensions = Some(model.dimensions);
+        p.em_created_at = Some(model.created_at);
+        p.em_updated_at = Some(model.updated_at);
+        self.em_secret_parameters = association.secret_parameters;
+        self.ve_unit_vectors = Some(association.unit_vectors);
+        self.ve_estimated_rows = association.estimated_rows;
+        self.ve_index_deferred = Some(association.index_deferred);
+    }
 }

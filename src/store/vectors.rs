@@ -66,12 +66,13 @@ pub fn classification_index_sql(table: &str) -> String {
     format!("CREATE INDEX IF NOT EXISTS {table}_class ON {table} (classification) WHERE live")
 }
 
-/// Creates the table, its HNSW index and its classification index.
+/// Creates the table, its HNSW index (unless `index` is `None`: an association whose index is
+/// built once its backfill is stored) and its classification index.
 pub async fn create_table(
     conn: &mut PgConnection,
     vector_embedding_id: Uuid,
     dimensions: i32,
-    index: HnswParams,
+    index: Option<HnswParams>,
 ) -> Result<(), sqlx::Error> {
     debug_assert!(
         (1..=2000).contains(&dimensions),
@@ -89,7 +90,11 @@ pub async fn create_table(
         );
         {};
         {};",
-        hnsw_index_sql(&table, dimensions.unsigned_abs(), index),
+        index.map_or_else(String::new, |index| hnsw_index_sql(
+            &table,
+            dimensions.unsigned_abs(),
+            index
+        )),
         classification_index_sql(&table)
     )))
     .execute(conn)
@@ -374,12 +379,13 @@ pub async fn build_recorded_index(
     Ok(true)
 }
 
-/// Associations whose index is deferred, each with whether its pipeline has pending versions.
+/// `ready` associations whose index is deferred, each with whether its pipeline has pending
+/// versions (a backfill builds its association's index itself).
 pub async fn deferred_indexes(pool: &sqlx::PgPool) -> Result<Vec<(Uuid, bool)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT ve.id, EXISTS (SELECT 1 FROM documents d
                                WHERE d.pipeline_id = ve.pipeline_id AND d.status = 'pending')
-         FROM vector_embeddings ve WHERE ve.deferred_index_m IS NOT NULL",
+         FROM vector_embeddings ve WHERE ve.deferred_index_m IS NOT NULL AND ve.status = 'ready'",
     )
     .fetch_all(pool)
     .await

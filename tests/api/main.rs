@@ -48,4 +48,5 @@ mod sidecar;
 mod statistics_metrics;
 mod taxonomies;
 mod text_splitters;
+mod vector_embeddings;
 mod worker;
