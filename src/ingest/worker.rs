@@ -373,14 +373,11 @@ impl Worker {
             outcome.skipped += group.skipped;
             outcome.failed += group.failed;
         }
-        // One backfill job a step: the others go back at once, for another step loop or
-        // worker (a backfill's ranges are walked in parallel).
-        let mut backfills = backfills.into_iter();
-        if let Some(first) = backfills.next() {
-            for other in backfills {
-                other.nak(Duration::ZERO).await;
-            }
-            self.backfill(&first).await;
+        // Backfill jobs one after the other (a model's call uses the machine's cores); each
+        // queues its range's next job before it is acknowledged, so other step loops and
+        // workers take those meanwhile.
+        for delivery in &backfills {
+            self.backfill(delivery).await;
         }
         // Every message is settled now: stop marking the batch.
         drop(in_progress);
