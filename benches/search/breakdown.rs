@@ -166,7 +166,10 @@ async fn reads(bench: &Bench<'_>) -> ([Samples; 5], &'static str) {
         "hash embedding of the query text"
     };
     let respond = respond(bench).await;
-    ([key_check, context_read, estimate, embed, respond], embed_label)
+    (
+        [key_check, context_read, estimate, embed, respond],
+        embed_label,
+    )
 }
 
 /// Decrypting the hits of a search and writing the answer's JSON.
