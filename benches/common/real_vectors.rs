@@ -73,7 +73,11 @@ pub fn load_model() -> Arc<LocalModel> {
         .expect("--vectors=minilm needs TROVE_MODELS_DIR (the folder holding all-MiniLM-L6-v2)");
     let name = trove_embed::canonical_model_name(MODEL).expect("a FastEmbed model");
     let model = LocalModel::load(std::path::Path::new(&dir), name, 0).expect("model loads");
-    assert_eq!(model.dimensions(), 384, "all-MiniLM-L6-v2 has 384 dimensions");
+    assert_eq!(
+        model.dimensions(),
+        384,
+        "all-MiniLM-L6-v2 has 384 dimensions"
+    );
     Arc::new(model)
 }
 
@@ -186,7 +190,10 @@ impl CacheFile {
     /// The file, or `None` when it is missing or not a whole cache file of this version.
     fn read(path: &std::path::Path) -> Option<Self> {
         let mut bytes = Vec::new();
-        std::fs::File::open(path).ok()?.read_to_end(&mut bytes).ok()?;
+        std::fs::File::open(path)
+            .ok()?
+            .read_to_end(&mut bytes)
+            .ok()?;
         if bytes.len() < HEADER || &bytes[..8] != MAGIC {
             return None;
         }
@@ -282,9 +289,10 @@ pub fn cached_vectors(
         }
         None => {
             println!(
-                "{TAG} vectors: no usable cache at {}; embedding {} fragment texts",
+                "{TAG} vectors: no usable cache at {}; embedding {} fragment texts and {} query texts",
                 path.display(),
-                fragments.len()
+                fragments.len(),
+                queries.len()
             );
             let (vectors, computed) = embed_all(model, fragments, "fragments");
             (
@@ -439,8 +447,9 @@ impl Drop for FakeEmbeddings {
 
 async fn answer(shared: Arc<Shared>, request: Request) -> poem::Result<Response> {
     let body = request.into_body().into_bytes().await?;
-    let body: Value = serde_json::from_slice(&body)
-        .map_err(|e| poem::Error::from_string(e.to_string(), poem::http::StatusCode::BAD_REQUEST))?;
+    let body: Value = serde_json::from_slice(&body).map_err(|e| {
+        poem::Error::from_string(e.to_string(), poem::http::StatusCode::BAD_REQUEST)
+    })?;
     let inputs: Vec<String> = match &body["input"] {
         Value::String(text) => vec![text.clone()],
         Value::Array(items) => items
@@ -474,9 +483,7 @@ async fn answer(shared: Arc<Shared>, request: Request) -> poem::Result<Response>
         .map_err(|e| {
             poem::Error::from_string(e.to_string(), poem::http::StatusCode::INTERNAL_SERVER_ERROR)
         })?;
-        shared
-            .computed
-            .fetch_add(missing.len(), Ordering::Relaxed);
+        shared.computed.fetch_add(missing.len(), Ordering::Relaxed);
         let mut vectors = shared.vectors.write().expect("vectors lock");
         for (&i, vector) in missing.iter().zip(computed) {
             let vector = Arc::new(vector);
