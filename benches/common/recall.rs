@@ -87,6 +87,14 @@ impl TopK {
         }
     }
 
+    /// The first `k` of these (the exact top-`k` when these are the exact top of more).
+    pub fn first(&self, k: usize) -> Self {
+        Self {
+            k,
+            items: self.items.iter().take(k).copied().collect(),
+        }
+    }
+
     pub fn push(&mut self, distance: f64, index: u32) {
         if self.items.len() == self.k && distance >= self.items[self.k - 1].0 {
             return;

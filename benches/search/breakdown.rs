@@ -24,7 +24,7 @@ pub async fn run(bench: &Bench<'_>) {
         bench.n,
         load_average()
     );
-    let [key_check, context_read, estimate, embed, respond] = reads(bench).await;
+    let ([key_check, context_read, estimate, embed, respond], embed_label) = reads(bench).await;
     let [unauthenticated, empty_search] = requests_before(bench).await;
     let [
         statement_alone,
@@ -61,7 +61,7 @@ pub async fn run(bench: &Bench<'_>) {
             "  search context: pipeline, model, classifications, vector count (1 read)",
             &context_read,
         ),
-        ("hash embedding of the query text", &embed),
+        (embed_label, &embed),
         (
             "search statement alone (session settings; what the service runs)",
             &statement_alone,
@@ -98,8 +98,10 @@ pub async fn run(bench: &Bench<'_>) {
     }
 }
 
-/// The reads of a search, the embedding, and the answer's decryption and JSON.
-async fn reads(bench: &Bench<'_>) -> [Samples; 5] {
+/// The reads of a search, the embedding (the hash embedder, or with `--vectors=minilm` a
+/// request to the fake embeddings server), and the answer's decryption and JSON; the
+/// embedding's label.
+async fn reads(bench: &Bench<'_>) -> ([Samples; 5], &'static str) {
     let (pool, target, master) = (&bench.trove.state.pool, &bench.target, bench.trove.master);
     let pipeline_id = target.pipeline_id;
     let probe = &bench.measured[0];
@@ -132,13 +134,42 @@ async fn reads(bench: &Bench<'_>) -> [Samples; 5] {
             .expect("estimate")
     })
     .await;
-    let embed = time_n(ROUNDS, |i| {
-        let text = &bench.measured[i % bench.measured.len()].text;
-        async move { hash_embedding(text, DIM) }
-    })
-    .await;
+    let embed = match &bench.fake {
+        None => {
+            time_n(ROUNDS, |i| {
+                let text = &bench.measured[i % bench.measured.len()].text;
+                async move { hash_embedding(text, DIM) }
+            })
+            .await
+        }
+        Some(fake) => {
+            // What the service's `openai` embedder sends for a query: one input.
+            let client = reqwest::Client::new();
+            let url = format!("{}/embeddings", fake.base_url());
+            time_n(ROUNDS, |i| {
+                let text = &bench.measured[i % bench.measured.len()].text;
+                let request = client
+                    .post(&url)
+                    .bearer_auth("bench")
+                    .json(&serde_json::json!({"model": "all-MiniLM-L6-v2", "input": [text]}));
+                async move {
+                    let answer = request.send().await.expect("fake embeddings");
+                    answer.bytes().await.expect("embedding body")
+                }
+            })
+            .await
+        }
+    };
+    let embed_label = if bench.fake.is_some() {
+        "query embedding: POST /v1/embeddings of the fake server (cached MiniLM vector)"
+    } else {
+        "hash embedding of the query text"
+    };
     let respond = respond(bench).await;
-    [key_check, context_read, estimate, embed, respond]
+    (
+        [key_check, context_read, estimate, embed, respond],
+        embed_label,
+    )
 }
 
 /// Decrypting the hits of a search and writing the answer's JSON.

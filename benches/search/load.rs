@@ -1,4 +1,5 @@
-//! The corpus: synthetic fragments embedded in process, loaded with binary COPY straight into
+//! The corpus: synthetic fragments embedded in process (the `hash` embedder, or MiniLM vectors
+//! put in place afterwards by `--vectors=minilm`), loaded with binary COPY straight into
 //! `documents`, `fragments` and the association's vector table, then the HNSW index rebuilt
 //! with the service's DDL.
 
@@ -13,6 +14,7 @@ use trove::state::AppState;
 use uuid::Uuid;
 
 use crate::common::measure::{load_average, wait_quiet};
+use crate::common::real_vectors::VectorSource;
 use crate::common::recall::Vectors;
 use crate::common::text::{Language, TOPICS, VOCABULARY};
 use crate::target::Target;
@@ -27,6 +29,8 @@ pub struct Corpus {
     pub documents: Vec<(Uuid, i64, i64)>,
     /// Per fragment: id, document index, encrypted content.
     pub fragments: Vec<(Uuid, u32, Vec<u8>)>,
+    /// Every fragment's text, by fragment index.
+    pub texts: Vec<String>,
     /// Every fragment's vector, by fragment index.
     pub vectors: Vectors,
     /// Fragment indexes of each tenant.
@@ -34,12 +38,15 @@ pub struct Corpus {
 }
 
 impl Corpus {
-    fn generate(n: usize, language: &Language, state: &AppState) -> Self {
+    /// The corpus; its vectors are the `hash` embedder's, or empty for `minilm` (until
+    /// [`Corpus::replace_vectors`]).
+    fn generate(n: usize, language: &Language, state: &AppState, source: VectorSource) -> Self {
         let mut rng = SmallRng::seed_from_u64(0x5EA2C4);
         let document_count = n.div_ceil(FRAGMENTS_PER_DOCUMENT);
         let start = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
         let mut documents = Vec::with_capacity(document_count);
         let mut fragments = Vec::with_capacity(n);
+        let mut texts = Vec::with_capacity(n);
         let mut vectors = Vectors::with_capacity(DIM, n);
         let mut by_tenant = vec![Vec::new(); TENANTS as usize];
         for d in 0..document_count {
@@ -50,35 +57,59 @@ impl Corpus {
             let here = FRAGMENTS_PER_DOCUMENT.min(n - d * FRAGMENTS_PER_DOCUMENT);
             for _ in 0..here {
                 let text = language.fragment(&mut rng, primary, secondary);
-                let vector = hash_embedding(&text, DIM);
                 let id = Uuid::now_v7();
-                let index = vectors.push(id, &vector);
+                let index = if source == VectorSource::Hash {
+                    vectors.push(id, &hash_embedding(&text, DIM))
+                } else {
+                    fragments.len() as u32
+                };
                 by_tenant[tenant as usize].push(index);
                 fragments.push((id, d as u32, state.cipher.encrypt(text.as_bytes())));
+                texts.push(text);
             }
         }
         Self {
             documents,
             fragments,
+            texts,
             vectors,
             by_tenant,
         }
     }
+
+    /// Every fragment's vector replaced by `vectors` (by fragment index).
+    pub fn replace_vectors(&mut self, vectors: &[Vec<f32>]) {
+        assert_eq!(vectors.len(), self.fragments.len(), "a vector per fragment");
+        let mut replaced = Vectors::with_capacity(DIM, vectors.len());
+        for ((id, _, _), vector) in self.fragments.iter().zip(vectors) {
+            replaced.push(*id, vector);
+        }
+        self.vectors = replaced;
+    }
 }
 
 /// Generates the corpus of `n` fragments and says what it is.
-pub fn generate(n: usize, language: &Language, state: &AppState) -> Corpus {
+pub fn generate(n: usize, language: &Language, state: &AppState, source: VectorSource) -> Corpus {
     let started = Instant::now();
-    let corpus = Corpus::generate(n, language, state);
+    let corpus = Corpus::generate(n, language, state, source);
+    let embedder = match source {
+        VectorSource::Hash => "the service's hash embedder",
+        VectorSource::MiniLm => "all-MiniLM-L6-v2 (vectors below)",
+    };
     let generated = started.elapsed();
     let content_bytes: usize = corpus.fragments.iter().map(|f| f.2.len()).sum();
     println!(
-        "data: synthetic topic texts ({VOCABULARY} pseudo-words, {TOPICS} topics) embedded with the service's hash embedder ({DIM} d); {} documents × {FRAGMENTS_PER_DOCUMENT} fragments, mean encrypted content {} B; tenant 1 of {TENANTS} per document",
+        "data: synthetic topic texts ({VOCABULARY} pseudo-words, {TOPICS} topics) embedded with {embedder} ({DIM} d); {} documents × {FRAGMENTS_PER_DOCUMENT} fragments, mean encrypted content {} B; tenant 1 of {TENANTS} per document",
         corpus.documents.len(),
         content_bytes / n.max(1)
     );
     println!(
-        "generate (texts, embeddings, AES-GCM): {:.1} s",
+        "generate (texts, {}AES-GCM): {:.1} s",
+        if source == VectorSource::Hash {
+            "embeddings, "
+        } else {
+            ""
+        },
         generated.as_secs_f64()
     );
     corpus

@@ -1,19 +1,23 @@
 //! End-to-end similarity search at scale: starts Trove in this process against the test
-//! Postgres and NATS, creates a pipeline through HTTP (default `hash` model, 384 dimensions,
-//! a metadata schema with a `tenant` integer of 1 % selectivity), bulk-loads N fragments with
-//! binary COPY straight into `documents`, `fragments` and the association's vector table,
-//! rebuilds the HNSW index with the service's DDL, then measures `POST /pipelines/{id}/search`
-//! (`similarity`, k 5) against the same statement run directly, with and without the filter.
+//! Postgres and NATS, creates a pipeline through HTTP (default `hash` model, or with
+//! `--vectors=minilm` an `openai` model on a fake server answering with MiniLM vectors; 384
+//! dimensions; a metadata schema with a `tenant` integer of 1 % selectivity), bulk-loads N
+//! fragments with binary COPY straight into `documents`, `fragments` and the association's
+//! vector table, rebuilds the HNSW index with the service's DDL, then measures
+//! `POST /pipelines/{id}/search` (`similarity`, k 5) against the same statement run directly,
+//! with and without the filter.
 //!
 //! Reported per N and filter: HNSW build time, p50/p99 through HTTP, p50/p99 of the raw
 //! statement (the plan of `trove::retrieval::search::nearest_plan` run by `run_plan`, as the
 //! service runs it: on a pooled connection of `trove::store::connect_lazy`, whose sessions
 //! carry the `hnsw.iterative_scan` and `hnsw.ef_search` settings, alone or in a transaction
 //! that sets the plan's `ef_search`), p50 of the library call
-//! (`trove::retrieval::search::similarity`), the ratio of the p50s, and recall@5 against an
+//! (`trove::retrieval::search::similarity`), the ratio of the p50s, recall@5 against an
 //! exact scan (in process over every vector, cross-checked with the statement run with index
-//! scans disabled). The three paths take turns query by query, each running every query
-//! once, a third of the list apart (so none profits from another's freshly read pages).
+//! scans disabled), and recall@10 of a k-10 HTTP search of every measured query (untimed,
+//! after the measured ones) against the exact top-10. The three paths take turns query by
+//! query, each running every query once, a third of the list apart (so none profits from
+//! another's freshly read pages).
 //! The filtered search runs three times: with the pipeline's default (Trove's own index on each
 //! declared field), without any index on the field (the schema's `"x-trove-index": false`),
 //! then with a metadata index on the field. Then
@@ -25,6 +29,22 @@
 //! service's own `hash` embedder, so queries sent as text through HTTP embed to exactly the
 //! vectors given to the raw statement. Queries are fresh texts of one topic (6–14 words).
 //!
+//! Real vectors (`--vectors=minilm`): hash vectors hide recall problems that a real model's
+//! vectors show. With this option the fragment and query texts (the same ones) are embedded
+//! with the local all-MiniLM-L6-v2 (`trove_embed`, from `TROVE_MODELS_DIR`, 384 d, unit
+//! vectors) in batches of 64, with a progress line on stderr every 5 s, and kept in a cache:
+//! `.data/bench-vectors/minilm-search-<N>-seed7.f32` (`common::real_vectors`: the fragment
+//! and query vectors, a header with their counts, the dimension and hashes of the first texts;
+//! written atomically), which later runs of the same N load instead (and say so); a run with
+//! more queries than the file holds embeds and appends the missing ones. The fragment vectors
+//! are loaded by COPY as the hash ones are. The pipeline's model is then an `openai` embedding
+//! model registered through HTTP on a fake OpenAI-compatible embeddings server in this
+//! process (`POST /v1/embeddings` on loopback) that answers each text with its cached vector
+//! (computing only texts it does not know, such as the probe `Trove` of the model's
+//! creation), so a search through HTTP embeds its query to exactly the raw statement's vector
+//! and its latency measures retrieval, not a forward pass; it costs one loopback request, which
+//! the breakdown times in place of the hash embedding.
+//!
 //! Run: `scripts/bench-search [sizes…] [--queries=1000] …`, or directly
 //! `TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo bench --bench search -- 100000 1000000`
 //! (sizes default to 100000). Options: `--queries=N` measured queries per scenario (1000),
@@ -33,7 +53,8 @@
 //! an exact scan in SQL (20), `--maintenance-work-mem-mb=N` (default N × 4 KiB, at least
 //! 256 MB), `--parallel-workers=N` (`max_parallel_maintenance_workers`, 1), `--wait-quiet=S`
 //! (before the index build and each measurement, wait up to S seconds until other work
-//! leaves the CPUs under 15 % busy; 0), `--keep` (keep the database and print its name).
+//! leaves the CPUs under 15 % busy; 0), `--keep` (keep the database and print its name),
+//! `--vectors=hash|minilm` (`hash`; see *Real vectors*; `minilm` needs `TROVE_MODELS_DIR`).
 //!
 //! Modules: `load` (the corpus and its COPY, the index build), `target` (the pipeline, its
 //! queries and statements), `scenario` (one filter scenario), `breakdown` (the service path
@@ -64,6 +85,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use trove::providers::hash_embedding::hash_embedding;
 
 use common::app::{self, Running};
+use common::real_vectors::{self, CacheKey, FakeEmbeddings, VectorSource};
 use common::report::{Column, print_table};
 use common::text::Language;
 use load::Corpus;
@@ -71,6 +93,10 @@ use target::{Probe, Target};
 
 const DIM: usize = 384;
 const K: usize = 5;
+/// The second k of the recall figures (a k-10 search of every measured query, untimed).
+const K10: usize = 10;
+/// The seed of the synthetic language, also in the name of the vector cache's files.
+const LANGUAGE_SEED: u64 = 7;
 const TENANTS: i64 = 100;
 const FRAGMENTS_PER_DOCUMENT: usize = 8;
 
@@ -88,6 +114,7 @@ struct Options {
     parallel_workers: u32,
     wait_quiet: u64,
     keep: bool,
+    vectors: VectorSource,
 }
 
 impl Options {
@@ -104,6 +131,7 @@ impl Options {
             parallel_workers: 1,
             wait_quiet: 0,
             keep: false,
+            vectors: VectorSource::Hash,
         };
         for arg in std::env::args().skip(1) {
             let number = |v: &str| -> usize { v.replace('_', "").parse().expect("a number") };
@@ -125,6 +153,7 @@ impl Options {
                 }
                 Some(("--parallel-workers", v)) => options.parallel_workers = number(v) as u32,
                 Some(("--wait-quiet", v)) => options.wait_quiet = number(v) as u64,
+                Some(("--vectors", v)) => options.vectors = VectorSource::parse(v),
                 _ if arg == "--keep" => options.keep = true,
                 _ if arg.starts_with("--") => {} // `--bench` from cargo
                 _ => options.sizes.push(number(&arg)),
@@ -155,6 +184,8 @@ struct Bench<'a> {
     measured: Vec<Probe>,
     /// The HNSW build's time.
     build: Duration,
+    /// With `--vectors=minilm`: the fake embeddings server the pipeline's model calls.
+    fake: Option<FakeEmbeddings>,
 }
 
 /// One row of the summary.
@@ -168,14 +199,27 @@ struct Summary {
     recall: f64,
     recall_ids: f64,
     recall_sql: f64,
+    /// Recall@10 of the HTTP results of a k-10 search of every measured query.
+    recall10: f64,
 }
 
 async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<Summary> {
     println!("\n==================== N = {n} fragments ====================");
     let trove = app::start(admin, nats, false).await;
-    let (mut target, splitter_id) = target::create(&trove).await;
-    let language = Language::new(7);
-    let corpus = load::generate(n, &language, &trove.state);
+    let language = Language::new(LANGUAGE_SEED);
+    let (mut warmup, mut measured) = probes(&language, options);
+    let mut corpus = load::generate(n, &language, &trove.state, options.vectors);
+    let fake = match options.vectors {
+        VectorSource::Hash => None,
+        VectorSource::MiniLm => {
+            Some(real_vectors_of(n, &mut corpus, &mut warmup, &mut measured).await)
+        }
+    };
+    let model_id = match &fake {
+        Some(fake) => Some(fake.register(&trove.http, "bench-minilm").await),
+        None => None,
+    };
+    let (mut target, splitter_id) = target::create(&trove, model_id).await;
     let mut db = PgConnection::connect(&trove.url).await.expect("bench db");
     load::copy_corpus(&mut db, &corpus, &target, splitter_id).await;
     let build = load::build_hnsw(&mut db, n, options, &trove.state, &target.vector_table()).await;
@@ -188,7 +232,6 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
             .map_or(0.0, f64::from);
     target.choose_paths(&trove.state.pool).await;
     print_server_settings(&mut db).await;
-    let (warmup, measured) = probes(&language, options);
     let raw = trove::store::connect_lazy(&trove.url, 16).expect("raw pool");
     print_session_settings(&raw).await;
     let mut bench = Bench {
@@ -202,6 +245,7 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         warmup,
         measured,
         build,
+        fake,
     };
     let mut summaries = Vec::new();
     for filter in scenario::Filter::ALL {
@@ -245,14 +289,59 @@ async fn print_session_settings(raw: &PgPool) {
     );
 }
 
-/// The warm-up and measured queries: fresh topic texts, each with a tenant.
+/// With `--vectors=minilm`: the fragments' and queries' MiniLM vectors (from the cache, or
+/// computed and cached) put in place of the hash vectors, and the fake embeddings server that
+/// answers the service with them (queries, fragments, and anything else computed).
+async fn real_vectors_of(
+    n: usize,
+    corpus: &mut Corpus,
+    warmup: &mut [Probe],
+    measured: &mut [Probe],
+) -> FakeEmbeddings {
+    let model = real_vectors::load_model();
+    let key = CacheKey {
+        kind: "search".to_owned(),
+        size: Some(n),
+        seed: LANGUAGE_SEED,
+    };
+    let probes: Vec<&mut Probe> = warmup.iter_mut().chain(measured.iter_mut()).collect();
+    let query_texts: Vec<String> = probes.iter().map(|p| p.text.clone()).collect();
+    let vectors = {
+        let model = model.clone();
+        let texts = corpus.texts.clone();
+        tokio::task::spawn_blocking(move || {
+            let fragments: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let queries: Vec<&str> = query_texts.iter().map(String::as_str).collect();
+            real_vectors::cached_vectors(&model, &key, &fragments, &queries)
+        })
+        .await
+        .expect("vectors")
+    };
+    assert_eq!(vectors.dim, DIM);
+    corpus.replace_vectors(&vectors.fragments);
+    let mut known: Vec<(String, Vec<f32>)> = Vec::with_capacity(n + probes.len());
+    for (probe, vector) in probes.into_iter().zip(vectors.queries) {
+        probe.vector.clone_from(&vector);
+        known.push((probe.text.clone(), vector));
+    }
+    known.extend(corpus.texts.iter().cloned().zip(vectors.fragments));
+    FakeEmbeddings::start(model, known).await
+}
+
+/// The warm-up and measured queries: fresh topic texts, each with a tenant, and (for `hash`
+/// vectors) their vector.
 fn probes(language: &Language, options: &Options) -> (Vec<Probe>, Vec<Probe>) {
     let mut rng = SmallRng::seed_from_u64(0xC0FFEE);
+    let hash = options.vectors == VectorSource::Hash;
     let mut probes = |count: usize| -> Vec<Probe> {
         (0..count)
             .map(|_| {
                 let text = language.query(&mut rng);
-                let vector = hash_embedding(&text, DIM);
+                let vector = if hash {
+                    hash_embedding(&text, DIM)
+                } else {
+                    Vec::new()
+                };
                 Probe {
                     text,
                     vector,
@@ -275,8 +364,11 @@ fn probes(language: &Language, options: &Options) -> (Vec<Probe>, Vec<Probe>) {
     (warmup, measured)
 }
 
-fn print_summary(summaries: &[Summary]) {
-    println!("\n==================== summary (sequential, 1 client, k {K}) ====================");
+fn print_summary(summaries: &[Summary], vectors: VectorSource) {
+    println!(
+        "\n==================== summary (sequential, 1 client, k {K}, {} vectors) ====================",
+        vectors.label()
+    );
     let columns = [
         Column::right("N", 9, 0),
         Column::left("filter", 15, 2),
@@ -290,6 +382,7 @@ fn print_summary(summaries: &[Summary]) {
         Column::right("recall", 8, 2),
         Column::right("rec SQL", 8, 1),
         Column::right("rec ids", 8, 1),
+        Column::right("rec@10", 8, 1),
     ];
     let rows: Vec<Vec<String>> = summaries
         .iter()
@@ -307,12 +400,13 @@ fn print_summary(summaries: &[Summary]) {
                 format!("{:.4}", s.recall),
                 format!("{:.4}", s.recall_sql),
                 format!("{:.4}", s.recall_ids),
+                format!("{:.4}", s.recall10),
             ]
         })
         .collect();
     print_table(&columns, &rows);
     println!(
-        "(latencies in ms; ratio = HTTP p50 / raw SQL p50; recall@{K} of the HTTP results against an exact scan, tie-aware; `rec SQL` the raw statement's; `rec ids` the share of exact ids)"
+        "(latencies in ms; ratio = HTTP p50 / raw SQL p50; recall@{K} of the HTTP results against an exact scan, tie-aware; `rec SQL` the raw statement's; `rec ids` the share of exact ids; `rec@10` recall@{K10} of a k-{K10} HTTP search of every measured query, tie-aware)"
     );
 }
 
@@ -331,9 +425,10 @@ async fn main() {
     let options = Options::parse();
     let (admin, nats) = app::servers();
     println!(
-        "similarity search bench: sizes {:?}, {} queries per scenario, k {K}, {} cores, tokio runtime shared by the service and the clients; {}",
+        "similarity search bench: sizes {:?}, {} queries per scenario, k {K}, {} vectors, {} cores, tokio runtime shared by the service and the clients; {}",
         options.sizes,
         options.queries,
+        options.vectors.label(),
         std::thread::available_parallelism().map_or(0, usize::from),
         app::postgres_memory(&admin).await
     );
@@ -341,5 +436,5 @@ async fn main() {
     for &n in &options.sizes {
         summaries.extend(run_size(n, &options, &admin, &nats).await);
     }
-    print_summary(&summaries);
+    print_summary(&summaries, options.vectors);
 }

@@ -18,7 +18,8 @@ use crate::{K, TENANTS};
 /// older per-search transaction, measured for comparison).
 pub const SET_CONFIG: &str = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)";
 
-/// A query: its text, its vector (the service computes the same), its tenant.
+/// A query: its text, its vector (the service computes the same, or with `--vectors=minilm`
+/// gets the same from the fake embeddings server), its tenant.
 pub struct Probe {
     pub text: String,
     pub vector: Vec<f32>,
@@ -43,21 +44,28 @@ pub struct Target {
 }
 
 /// Creates the pipeline through the interface, so the service creates its association and
-/// table; returns it with the id of its text splitter.
-pub async fn create(trove: &Running) -> (Target, Uuid) {
+/// table, with the model `model_id` (the seeded `default`, `hash`, when `None`); returns it
+/// with the id of its text splitter.
+pub async fn create(trove: &Running, model_id: Option<Value>) -> (Target, Uuid) {
     let http = &trove.http;
-    let models = http
-        .json(reqwest::Method::GET, "/embedding-models", None)
-        .await;
-    let model = models["data"]
-        .as_array()
-        .expect("models")
-        .iter()
-        .find(|m| m["name"] == "default")
-        .expect("default model")
-        .clone();
-    assert_eq!(model["provider"], "hash", "the default model is `hash`");
-    assert_eq!(model["dimensions"], 384);
+    let model_id = match model_id {
+        Some(id) => id,
+        None => {
+            let models = http
+                .json(reqwest::Method::GET, "/embedding-models", None)
+                .await;
+            let model = models["data"]
+                .as_array()
+                .expect("models")
+                .iter()
+                .find(|m| m["name"] == "default")
+                .expect("default model")
+                .clone();
+            assert_eq!(model["provider"], "hash", "the default model is `hash`");
+            assert_eq!(model["dimensions"], 384);
+            model["id"].clone()
+        }
+    };
     let splitters = http
         .json(
             reqwest::Method::GET,
@@ -71,7 +79,7 @@ pub async fn create(trove: &Running) -> (Target, Uuid) {
             "/pipelines",
             Some(json!({
                 "name": "bench-search",
-                "embedding_model_id": model["id"],
+                "embedding_model_id": model_id,
                 "default_text_splitter_id": splitters["data"][0]["id"],
                 "classifications": ["public", "restricted"],
                 "hierarchy": [["restricted", "public"]],
