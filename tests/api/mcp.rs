@@ -794,6 +794,67 @@ async fn search_knowledge_runs_similarity_and_mmr() {
     }
 }
 
+/// Extension (model migration): `embedding_model_id` may name a model added to the pipeline
+/// once it is `ready`; before, the search is refused.
+#[tokio::test]
+async fn search_knowledge_uses_a_model_added_to_the_pipeline_once_it_is_ready() {
+    let app = spawn_app_without_worker().await;
+    let pid = app.new_pipeline_id(json!({})).await;
+    app.submit_text(
+        &pid,
+        "harbour",
+        "Zanzibar harbour ships and cargo manifests.",
+    )
+    .await;
+    app.submit_text(&pid, "garden", "Botanical garden orchids and ferns.")
+        .await;
+    let worker = app.worker().await;
+    while worker
+        .step(std::time::Duration::from_millis(300))
+        .await
+        .unwrap()
+        .jobs
+        > 0
+    {}
+    let model = app.create_hash_model("mcp-added", 48).await;
+    let model_id = str_of(&model, "id").to_owned();
+    let reply = app
+        .post(
+            &format!("/pipelines/{pid}/embedding-models"),
+            &json!({"embedding_model_id": model_id}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    let arguments = json!({"pipeline_id": pid, "query": "Zanzibar harbour", "classifications": ["public"], "type": "similarity", "embedding_model_id": model_id});
+    let mut client = session(&app).await;
+    let error = client
+        .tool_error("search_knowledge", arguments.clone())
+        .await;
+    assert_eq!(error["message"], "Conflict related error", "{error}");
+
+    while worker
+        .step(std::time::Duration::from_millis(300))
+        .await
+        .unwrap()
+        .jobs
+        > 0
+    {}
+    let output = client.tool_ok("search_knowledge", arguments).await;
+    let results = output["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{output}");
+    assert!(str_of(&results[0], "page_content").contains("Zanzibar"));
+    // The same scores as the REST search naming the model.
+    let reply = app
+        .post(
+            &format!("/pipelines/{pid}/search"),
+            &json!({"query": "Zanzibar harbour", "type": "similarity", "classification": "public", "params": {"k": 4, "embedding": model_id}}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let scores = |hits: &[Value]| hits.iter().map(|h| h["score"].clone()).collect::<Vec<_>>();
+    assert_eq!(scores(results), scores(reply.body.as_array().unwrap()));
+}
+
 #[tokio::test]
 async fn search_knowledge_runs_full_text_search() {
     let app = spawn_app_without_worker().await;

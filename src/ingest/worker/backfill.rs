@@ -1,8 +1,8 @@
 //! Backfill jobs: the vectors of an embedding model added to a pipeline, computed from the
 //! stored fragments (`store::vector_embeddings`).
 //!
-//! A job embeds the next batch of its range and queues the one after it before it is
-//! acknowledged, so a worker that dies mid-batch leaves the job to be delivered again (the
+//! A job embeds the next batches of its range (for up to [`JOB_TIME`]) and queues the job
+//! after it before it is acknowledged, so a worker that dies mid-batch leaves the job to be delivered again (the
 //! batch is read again as "fragments without a vector": nothing is embedded twice into the
 //! table, nothing is skipped). The last range walked finishes the backfill: it embeds what
 //! groups stored without the new model meanwhile, builds the association's HNSW index once,
@@ -21,6 +21,11 @@ use crate::store::{DatabaseError, ingestion};
 
 /// Fragments a backfill job embeds at most.
 pub const BACKFILL_BATCH: i64 = 256;
+
+/// How long a backfill job goes on with further batches of its range before it queues the
+/// rest as a new job (a slow model's batch takes longer, and a job then holds one batch): a
+/// fast model's batches take milliseconds, and each job waits for a worker's next fetch.
+pub const JOB_TIME: Duration = Duration::from_secs(2);
 
 /// Failed deliveries in a row after which a backfill is `failed`.
 pub const MAX_ATTEMPTS: i32 = 5;
@@ -73,36 +78,47 @@ impl Worker {
         }
     }
 
+    /// Embeds batches of the job's range for up to [`JOB_TIME`] (at least one), then queues the
+    /// range's next job, or, once the range is walked, records it and finishes the backfill if
+    /// it was the last.
     async fn backfill_step(&self, job: BackfillJob) -> Result<(), BatchError> {
         let id = job.backfill;
-        let Some(backfill) = store::backfill(&self.pool, id).await? else {
-            // Removed: nothing left to do.
-            return Ok(());
-        };
-        if backfill.status != store::STATUS_BACKFILLING {
-            return Ok(());
-        }
-        let batch = store::missing_fragments(
-            &self.pool,
-            backfill.pipeline_id,
-            id,
-            backfill.range(job.range),
-            job.after,
-            BACKFILL_BATCH,
-        )
-        .await?;
-        let last = batch.last().map(|f| f.id);
-        let full = batch.len() == usize::try_from(BACKFILL_BATCH).unwrap_or(usize::MAX);
-        if !batch.is_empty() && !self.embed_batch(id, &backfill, batch).await? {
-            return Ok(());
-        }
-        if full {
-            let next = BackfillJob { after: last, ..job };
-            return self
-                .queue
-                .publish_backfill(&[next])
-                .await
-                .map_err(|error| BatchError::Retry(format!("queue: {error}")));
+        let started = Instant::now();
+        let mut after = job.after;
+        loop {
+            let Some(backfill) = store::backfill(&self.pool, id).await? else {
+                // Removed: nothing left to do.
+                return Ok(());
+            };
+            if backfill.status != store::STATUS_BACKFILLING {
+                return Ok(());
+            }
+            let batch = store::missing_fragments(
+                &self.pool,
+                backfill.pipeline_id,
+                id,
+                backfill.range(job.range),
+                after,
+                BACKFILL_BATCH,
+            )
+            .await?;
+            let last = batch.last().map(|f| f.id);
+            let full = batch.len() == usize::try_from(BACKFILL_BATCH).unwrap_or(usize::MAX);
+            if !batch.is_empty() && !self.embed_batch(id, &backfill, batch).await? {
+                return Ok(());
+            }
+            if !full {
+                break;
+            }
+            after = last;
+            if started.elapsed() >= JOB_TIME {
+                let next = BackfillJob { after, ..job };
+                return self
+                    .queue
+                    .publish_backfill(&[next])
+                    .await
+                    .map_err(|error| BatchError::Retry(format!("queue: {error}")));
+            }
         }
         // The range is walked: the last one finishes the backfill.
         let Some(backfill) = store::range_done(&self.pool, id, job.range).await? else {
