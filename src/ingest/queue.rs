@@ -240,13 +240,7 @@ impl Queue {
     pub async fn publish_backfill(&self, jobs: &[BackfillJob]) -> Result<(), QueueError> {
         for job in jobs {
             let subject = format!("{}.{}.backfill", self.names.subject_prefix, job.pipeline_id);
-            let payload = serde_json::to_vec(job).map_err(QueueError::new)?;
-            let ack = self
-                .jetstream
-                .publish(subject, payload.into())
-                .await
-                .map_err(QueueError::new)?;
-            ack.await.map_err(QueueError::new)?;
+            self.publish_stored(subject, job).await?;
         }
         Ok(())
     }
@@ -254,7 +248,16 @@ impl Queue {
     /// Publishes a job and waits for JetStream to store it.
     pub async fn publish(&self, job: &Job) -> Result<(), QueueError> {
         let subject = format!("{}.{}", self.names.subject_prefix, job.pipeline_id);
-        let payload = serde_json::to_vec(job).map_err(QueueError::new)?;
+        self.publish_stored(subject, job).await
+    }
+
+    /// Publishes `message` as JSON on `subject` and waits for JetStream to store it.
+    async fn publish_stored(
+        &self,
+        subject: String,
+        message: &impl serde::Serialize,
+    ) -> Result<(), QueueError> {
+        let payload = serde_json::to_vec(message).map_err(QueueError::new)?;
         let ack = self
             .jetstream
             .publish(subject, payload.into())
