@@ -9,7 +9,9 @@
 //! `TROVEVEC`, a version (u32, 1), the dimension (u32), the fragment count (u64), the query
 //! count (u64), then hashes (FNV-1a, u64) of the first [`CHECKED`] fragment texts and of the
 //! first [`CHECKED`] query texts (0 where there are fewer), then the fragment vectors and the
-//! query vectors as f32s. Written to a temporary file, then renamed. A file whose fragment count
+//! query vectors as f32s. Written to a temporary file, then renamed; while the fragments are
+//! being embedded, each batch's vectors are appended to `<file>.partial`, from which a run
+//! stopped midway resumes. A file whose fragment count
 //! or checked texts differ from the corpus asked for is recomputed; queries are a stream from a
 //! seed, so a file holding at least the queries asked for serves their prefix, and one holding
 //! fewer gets the missing ones computed and appended.
@@ -165,6 +167,94 @@ fn checked_hashes(texts: &[&str]) -> [u64; CHECKED] {
     hashes
 }
 
+/// The partial file of a cache file being computed: `TROVEPRT`, the dimension (u32), the
+/// hashes of the first [`CHECKED`] fragment texts, then the vectors computed so far, appended
+/// batch by batch; a run stopped midway resumes from it.
+fn partial_path(path: &std::path::Path) -> PathBuf {
+    path.with_extension("f32.partial")
+}
+
+const PARTIAL_MAGIC: &[u8; 8] = b"TROVEPRT";
+const PARTIAL_HEADER: usize = 8 + 4 + 8 * CHECKED;
+
+/// Embeds `texts` as [`embed_all`] does, keeping each batch's vectors in the partial file of
+/// `path` and starting after the vectors a stopped run left there (for the same texts and
+/// dimension); the partial file is removed once the cache file is written.
+fn embed_resumable(
+    model: &LocalModel,
+    texts: &[&str],
+    path: &std::path::Path,
+) -> (Vec<Vec<f32>>, Computed) {
+    let partial = partial_path(path);
+    let dim = model.dimensions();
+    let hashes = checked_hashes(texts);
+    let mut header = Vec::with_capacity(PARTIAL_HEADER);
+    header.extend_from_slice(PARTIAL_MAGIC);
+    header.extend_from_slice(&u32::try_from(dim).expect("dim").to_le_bytes());
+    for h in hashes {
+        header.extend_from_slice(&h.to_le_bytes());
+    }
+    let mut done: Vec<Vec<f32>> = Vec::new();
+    if let Ok(bytes) = std::fs::read(&partial)
+        && bytes.len() >= PARTIAL_HEADER
+        && bytes[..PARTIAL_HEADER] == header[..]
+    {
+        done = bytes[PARTIAL_HEADER..]
+            .chunks_exact(dim * 4)
+            .take(texts.len())
+            .map(|v| {
+                v.chunks_exact(4)
+                    .map(|x| f32::from_le_bytes(x.try_into().expect("4 bytes")))
+                    .collect()
+            })
+            .collect();
+        println!(
+            "{TAG} vectors: resuming from {} ({} of {} fragments embedded)",
+            partial.display(),
+            done.len(),
+            texts.len()
+        );
+    }
+    std::fs::create_dir_all(cache_dir()).expect("cache folder");
+    // Rewritten with the whole vectors read (a stopped run may have left half of one).
+    let mut file = std::fs::File::create(&partial).expect("partial file");
+    file.write_all(&header).expect("partial header");
+    for v in &done {
+        for x in v {
+            file.write_all(&x.to_le_bytes()).expect("partial vectors");
+        }
+    }
+    let started = Instant::now();
+    let mut last = started;
+    let resumed = done.len();
+    for batch in texts[resumed..].chunks(BATCH) {
+        let vectors = model.embed(batch).expect("embeds");
+        let mut bytes = Vec::with_capacity(vectors.len() * dim * 4);
+        for v in &vectors {
+            for x in v {
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        file.write_all(&bytes).expect("partial vectors");
+        file.flush().expect("partial flushed");
+        done.extend(vectors);
+        if last.elapsed() >= PROGRESS {
+            last = Instant::now();
+            eprintln!(
+                "{TAG}: fragments {}/{} embedded ({:.0} texts/s)",
+                done.len(),
+                texts.len(),
+                (done.len() - resumed) as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let computed = Computed {
+        texts: texts.len() - resumed,
+        elapsed: started.elapsed(),
+    };
+    (done, computed)
+}
+
 /// What a cache file holds.
 struct CacheFile {
     dim: usize,
@@ -294,7 +384,7 @@ pub fn cached_vectors(
                 fragments.len(),
                 queries.len()
             );
-            let (vectors, computed) = embed_all(model, fragments, "fragments");
+            let (vectors, computed) = embed_resumable(model, fragments, &path);
             (
                 CacheFile {
                     dim: model.dimensions(),
@@ -318,6 +408,7 @@ pub fn cached_vectors(
     }
     if let Some(computed) = computed {
         file.write(&path);
+        std::fs::remove_file(partial_path(&path)).ok();
         println!(
             "{TAG} vectors: {} texts embedded in {:.1} s ({:.0} texts/s); cache written to {}",
             computed.texts,
