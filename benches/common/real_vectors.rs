@@ -98,11 +98,23 @@ impl Computed {
 
 /// Embeds `texts` in batches of [`BATCH`], with a progress line on stderr every few seconds.
 pub fn embed_all(model: &LocalModel, texts: &[&str], what: &str) -> (Vec<Vec<f32>>, Computed) {
+    embed_batches(model, texts, what, |_| {})
+}
+
+/// [`embed_all`], handing each batch's vectors to `on_batch` as they come.
+fn embed_batches(
+    model: &LocalModel,
+    texts: &[&str],
+    what: &str,
+    mut on_batch: impl FnMut(&[Vec<f32>]),
+) -> (Vec<Vec<f32>>, Computed) {
     let started = Instant::now();
     let mut last = started;
     let mut out = Vec::with_capacity(texts.len());
     for batch in texts.chunks(BATCH) {
-        out.extend(model.embed(batch).expect("embeds"));
+        let vectors = model.embed(batch).expect("embeds");
+        on_batch(&vectors);
+        out.extend(vectors);
         if last.elapsed() >= PROGRESS {
             last = Instant::now();
             eprintln!(
@@ -219,40 +231,22 @@ fn embed_resumable(
     // Rewritten with the whole vectors read (a stopped run may have left half of one).
     let mut file = std::fs::File::create(&partial).expect("partial file");
     file.write_all(&header).expect("partial header");
-    for v in &done {
-        for x in v {
-            file.write_all(&x.to_le_bytes()).expect("partial vectors");
-        }
-    }
-    let started = Instant::now();
-    let mut last = started;
-    let resumed = done.len();
-    for batch in texts[resumed..].chunks(BATCH) {
-        let vectors = model.embed(batch).expect("embeds");
-        let mut bytes = Vec::with_capacity(vectors.len() * dim * 4);
-        for v in &vectors {
-            for x in v {
-                bytes.extend_from_slice(&x.to_le_bytes());
-            }
-        }
-        file.write_all(&bytes).expect("partial vectors");
+    file.write_all(&le_bytes(&done)).expect("partial vectors");
+    let (more, computed) = embed_batches(model, &texts[done.len()..], "fragments", |vectors| {
+        file.write_all(&le_bytes(vectors)).expect("partial vectors");
         file.flush().expect("partial flushed");
-        done.extend(vectors);
-        if last.elapsed() >= PROGRESS {
-            last = Instant::now();
-            eprintln!(
-                "{TAG}: fragments {}/{} embedded ({:.0} texts/s)",
-                done.len(),
-                texts.len(),
-                (done.len() - resumed) as f64 / started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let computed = Computed {
-        texts: texts.len() - resumed,
-        elapsed: started.elapsed(),
-    };
+    });
+    done.extend(more);
     (done, computed)
+}
+
+/// Vectors as little-endian f32s, back to back.
+fn le_bytes(vectors: &[Vec<f32>]) -> Vec<u8> {
+    vectors
+        .iter()
+        .flatten()
+        .flat_map(|x| x.to_le_bytes())
+        .collect()
 }
 
 /// What a cache file holds.

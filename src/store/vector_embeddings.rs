@@ -72,12 +72,19 @@ pub fn associations_json_sql(pipeline: &str) -> String {
 
 /// The associations of a pipeline, oldest first.
 pub async fn list(pool: &PgPool, pipeline_id: Uuid) -> Result<Vec<Association>, sqlx::Error> {
+    list_on(pool, pipeline_id).await
+}
+
+async fn list_on<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    pipeline_id: Uuid,
+) -> Result<Vec<Association>, sqlx::Error> {
     let json: serde_json::Value = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT {}",
         associations_json_sql("$1")
     )))
     .bind(pipeline_id)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await?;
     Ok(parse(json))
 }
@@ -202,14 +209,8 @@ async fn get_in(
     pipeline_id: Uuid,
     id: Uuid,
 ) -> Result<Option<Association>, sqlx::Error> {
-    let json: serde_json::Value = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT {}",
-        associations_json_sql("$1")
-    )))
-    .bind(pipeline_id)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(parse(json).into_iter().find(|a| a.id == id))
+    let associations = list_on(&mut *conn, pipeline_id).await?;
+    Ok(associations.into_iter().find(|a| a.id == id))
 }
 
 /// Makes a `ready` association the pipeline's default; `false` when it is not `ready` (any
