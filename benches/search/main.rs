@@ -54,6 +54,7 @@
 //! 256 MB), `--parallel-workers=N` (`max_parallel_maintenance_workers`, 1), `--wait-quiet=S`
 //! (before the index build and each measurement, wait up to S seconds until other work
 //! leaves the CPUs under 15 % busy; 0), `--keep` (keep the database and print its name),
+//! `--unfiltered` (the unfiltered scenario only: no filtered ones, no breakdown),
 //! `--vectors=hash|minilm` (`hash`; see *Real vectors*; `minilm` needs `TROVE_MODELS_DIR`).
 //!
 //! Modules: `load` (the corpus and its COPY, the index build), `target` (the pipeline, its
@@ -115,6 +116,8 @@ struct Options {
     wait_quiet: u64,
     keep: bool,
     vectors: VectorSource,
+    /// `--unfiltered`: the unfiltered scenario only (no filtered ones, no breakdown).
+    unfiltered: bool,
 }
 
 impl Options {
@@ -132,6 +135,7 @@ impl Options {
             wait_quiet: 0,
             keep: false,
             vectors: VectorSource::Hash,
+            unfiltered: false,
         };
         for arg in std::env::args().skip(1) {
             let number = |v: &str| -> usize { v.replace('_', "").parse().expect("a number") };
@@ -155,6 +159,7 @@ impl Options {
                 Some(("--wait-quiet", v)) => options.wait_quiet = number(v) as u64,
                 Some(("--vectors", v)) => options.vectors = VectorSource::parse(v),
                 _ if arg == "--keep" => options.keep = true,
+                _ if arg == "--unfiltered" => options.unfiltered = true,
                 _ if arg.starts_with("--") => {} // `--bench` from cargo
                 _ => options.sizes.push(number(&arg)),
             }
@@ -248,10 +253,17 @@ async fn run_size(n: usize, options: &Options, admin: &str, nats: &str) -> Vec<S
         fake,
     };
     let mut summaries = Vec::new();
-    for filter in scenario::Filter::ALL {
+    let filters = if options.unfiltered {
+        &scenario::Filter::ALL[..1]
+    } else {
+        &scenario::Filter::ALL[..]
+    };
+    for &filter in filters {
         summaries.push(scenario::run(&mut bench, filter).await);
     }
-    breakdown::run(&bench).await;
+    if !options.unfiltered {
+        breakdown::run(&bench).await;
+    }
     let Bench { trove, db, raw, .. } = bench;
     drop(db);
     raw.close().await;
