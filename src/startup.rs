@@ -320,5 +320,9 @@ pub async fn build_worker(state: &AppState) -> Result<Worker, WorkerError> {
         Arc::new(state.config.license.clone()),
     )
     .await
-    .map(|worker| worker.deferring_indexes_from(state.config.index_defer_rows))
+    .map(|worker| {
+        worker
+            .deferring_indexes_from(state.config.index_defer_rows)
+            .with_index_params(state.config.hnsw)
+    })
 }

@@ -43,6 +43,7 @@ use crate::store::ingestion::{
     self, GrownTable, JobVersion, NewFragment, PipelineForWork, ProcessedVersion, StoreError,
     UnconfirmedJob, VectorTable,
 };
+use crate::store::vectors::{HnswParams, Rebuild};
 use crate::store::words;
 use crate::store::{DatabaseError, Pool, vectors};
 
@@ -103,6 +104,9 @@ pub struct Worker {
     republish_after: Duration,
     /// `TROVE_INDEX_DEFER_ROWS` (see [`super::deferred_index`]).
     index_defer_rows: u64,
+    /// `TROVE_HNSW_M` and `TROVE_HNSW_EF_CONSTRUCTION`: what [`Self::upgrade_an_index`]
+    /// rebuilds indexes of the former defaults with.
+    index_params: HnswParams,
     /// Step loops [`Self::run`] runs (1 for a worker driven by [`Self::step`]).
     concurrency: usize,
     pub metrics: WorkerMetrics,
@@ -301,6 +305,7 @@ impl Worker {
             ack_wait: names.ack_wait,
             republish_after: names.republish_after,
             index_defer_rows: crate::config::DEFAULT_INDEX_DEFER_ROWS,
+            index_params: HnswParams::DEFAULT,
             concurrency: 1,
             metrics: WorkerMetrics::new(),
         })
@@ -310,6 +315,13 @@ impl Worker {
     #[must_use]
     pub fn deferring_indexes_from(mut self, rows: u64) -> Self {
         self.index_defer_rows = rows;
+        self
+    }
+
+    /// The worker with `TROVE_HNSW_M` and `TROVE_HNSW_EF_CONSTRUCTION` set.
+    #[must_use]
+    pub fn with_index_params(mut self, params: HnswParams) -> Self {
+        self.index_params = params;
         self
     }
 
@@ -888,6 +900,57 @@ impl Worker {
         }
     }
 
+    /// Rebuilds the oldest index still built with [`HnswParams::FORMER_DEFAULT`] with the
+    /// configured parameters, when these differ, without stopping its searches
+    /// ([`vectors::rebuild_index`]); returns the association whose index was replaced. One
+    /// index per sweep, so that an upgrade spreads its builds over the sweeps.
+    pub async fn upgrade_an_index(&self) -> Option<Uuid> {
+        if self.index_params == HnswParams::FORMER_DEFAULT {
+            return None;
+        }
+        let candidates =
+            match vectors::indexes_built_with(&self.pool, HnswParams::FORMER_DEFAULT).await {
+                Ok(candidates) => candidates,
+                Err(error) => {
+                    tracing::warn!(%error, "listing vector indexes to upgrade failed");
+                    return None;
+                }
+            };
+        let params = self.index_params;
+        for vector_embedding_id in candidates {
+            let started = Instant::now();
+            tracing::info!(
+                %vector_embedding_id,
+                m = params.m(),
+                ef_construction = params.ef_construction(),
+                "rebuilding an HNSW index built with the former defaults; searches use the old one meanwhile"
+            );
+            match vectors::rebuild_index(&self.pool, vector_embedding_id, params).await {
+                Ok(Rebuild::Replaced) => {
+                    tracing::info!(
+                        %vector_embedding_id,
+                        seconds = started.elapsed().as_secs_f64(),
+                        "HNSW index rebuilt with the configured parameters"
+                    );
+                    return Some(vector_embedding_id);
+                }
+                Ok(Rebuild::Skipped) => {}
+                Ok(Rebuild::Busy) => {
+                    tracing::info!(
+                        %vector_embedding_id,
+                        "rebuilt HNSW index not yet put in place (the table is busy); the next sweep does"
+                    );
+                    return None;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, %vector_embedding_id, "rebuilding an HNSW index failed; the next sweep tries again");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
     /// Analyses the tables a stored group grew (`fragments`, and the association's vector
     /// table) whose statistics it made stale ([`statistics_stale`]), each in its own
     /// statement after the group's transaction. A failure only logs a warning: the group is
@@ -986,16 +1049,20 @@ impl Worker {
         }
     }
 
-    /// Every minute, fails the versions pending for more than 24 hours and builds the deferred
-    /// indexes of pipelines with nothing pending; every quarter of the
-    /// republish delay, publishes again the jobs never confirmed queued, queues again the
-    /// backfills without progress, and refreshes the backfill gauge.
+    /// Every minute, fails the versions pending for more than 24 hours, builds the deferred
+    /// indexes of pipelines with nothing pending and, unless it is still at one, starts
+    /// upgrading an index built with the former defaults ([`Self::upgrade_an_index`]); every
+    /// quarter of the republish delay, publishes again the jobs never confirmed queued, queues
+    /// again the backfills without progress, and refreshes the backfill gauge.
     async fn sweep_loop(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut stale = tokio::time::interval(Duration::from_secs(60));
         let mut unconfirmed = tokio::time::interval(republish_interval(self.republish_after));
         for ticks in [&mut stale, &mut unconfirmed] {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         }
+        // Dropped with the loop, which stops the upgrade: a build stopped so leaves an invalid
+        // index, which the next one drops.
+        let mut upgrade = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 _ = stale.tick() => {
@@ -1005,6 +1072,12 @@ impl Worker {
                         Err(error) => tracing::warn!(%error, "sweep failed"),
                     }
                     self.build_idle_deferred_indexes().await;
+                    // In a task of its own, so that a long build holds up no other sweep.
+                    while upgrade.try_join_next().is_some() {}
+                    if upgrade.is_empty() {
+                        let worker = self.clone();
+                        upgrade.spawn(async move { worker.upgrade_an_index().await });
+                    }
                 }
                 _ = unconfirmed.tick() => {
                     match self.republish_unconfirmed().await {

@@ -52,8 +52,25 @@ pub fn estimated_rows_sql(oid: &str) -> String {
 /// and recall@5 the same (0.980 against 0.983 at a list of 150, 0.966 against 0.962 at 100).
 /// It holds the live rows only (a walk tests `live`).
 pub fn hnsw_index_sql(table: &str, dimensions: u32, params: HnswParams) -> String {
+    hnsw_index_ddl(
+        "INDEX IF NOT EXISTS",
+        &index_name(table),
+        table,
+        dimensions,
+        params,
+    )
+}
+
+/// `CREATE {create} {name} ON {table}` with the definition of [`hnsw_index_sql`].
+fn hnsw_index_ddl(
+    create: &str,
+    name: &str,
+    table: &str,
+    dimensions: u32,
+    params: HnswParams,
+) -> String {
     format!(
-        "CREATE INDEX IF NOT EXISTS {table}_hnsw ON {table} USING hnsw ({} halfvec_cosine_ops) \
+        "CREATE {create} {name} ON {table} USING hnsw ({} halfvec_cosine_ops) \
          WITH (m = {}, ef_construction = {}) WHERE live",
         trove_query::search::half_precision_cosine_key("embedding", dimensions),
         params.m(),
@@ -391,6 +408,168 @@ pub async fn deferred_indexes(pool: &sqlx::PgPool) -> Result<Vec<(Uuid, bool)>, 
     .await
 }
 
+/// The associations whose HNSW index exists and was built with `params` (pgvector's defaults
+/// for the options it does not name), oldest first.
+pub async fn indexes_built_with(
+    pool: &sqlx::PgPool,
+    params: HnswParams,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let indexes: Vec<(Uuid, Option<Vec<String>>)> = sqlx::query_as(
+        "SELECT ve.id, c.reloptions::text[]
+         FROM vector_embeddings ve
+         JOIN pg_class c ON c.oid = to_regclass('vectors_' || replace(ve.id::text, '-', '') || '_hnsw')
+         WHERE ve.deferred_index_m IS NULL
+         ORDER BY ve.created_at, ve.id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(indexes
+        .into_iter()
+        .filter(|(_, options)| {
+            params_from_options(options.as_deref().unwrap_or_default()) == Some(params)
+        })
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// What [`rebuild_index`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rebuild {
+    /// The new index replaced the old one.
+    Replaced,
+    /// Nothing: another builder holds the association, or its index is deferred or gone.
+    Skipped,
+    /// The new index is built, but the searches and groups using the table held it longer
+    /// than [`DEFER_LOCK_TIMEOUT`] when it was to replace the old one: it is kept, and the
+    /// next call puts it in place without building it again.
+    Busy,
+}
+
+/// Rebuilds an association's HNSW index with `params` while its searches and inserts go on:
+/// the new index is built beside the live one (`CREATE INDEX CONCURRENTLY … _hnsw_next`;
+/// searches walk the old one meanwhile, inserts go into both), then replaces it in a short
+/// transaction. A new index that a build which died left invalid is dropped and built again;
+/// one left valid is put in place. The build holds the association's build lock (as a deferred
+/// build does, so neither runs twice) on a connection of its own, closed afterwards with its
+/// session settings and lock.
+pub async fn rebuild_index(
+    pool: &sqlx::PgPool,
+    vector_embedding_id: Uuid,
+    params: HnswParams,
+) -> Result<Rebuild, sqlx::Error> {
+    let mut conn = pool.acquire().await?.detach();
+    let rebuilt = rebuild_on(&mut conn, vector_embedding_id, params).await;
+    sqlx::Connection::close(conn).await.ok();
+    rebuilt
+}
+
+async fn rebuild_on(
+    conn: &mut PgConnection,
+    vector_embedding_id: Uuid,
+    params: HnswParams,
+) -> Result<Rebuild, sqlx::Error> {
+    let table = table_name(vector_embedding_id);
+    let live = index_name(&table);
+    let next = format!("{live}_next");
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(build_lock_key(vector_embedding_id))
+        .fetch_one(&mut *conn)
+        .await?;
+    if !locked {
+        return Ok(Rebuild::Skipped);
+    }
+    let state: Option<(i32, bool, Option<bool>)> = sqlx::query_as(
+        "SELECT ve.dimensions, to_regclass($2) IS NOT NULL AND ve.deferred_index_m IS NULL,
+                (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass($3))
+         FROM vector_embeddings ve WHERE ve.id = $1",
+    )
+    .bind(vector_embedding_id)
+    .bind(&live)
+    .bind(&next)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((dimensions, usable, next_valid)) = state else {
+        return Ok(Rebuild::Skipped);
+    };
+    if !usable || next_valid == Some(false) {
+        drop_index_concurrently(conn, &next).await?;
+        if !usable {
+            return Ok(Rebuild::Skipped);
+        }
+    }
+    let dimensions = u32::try_from(dimensions).unwrap_or(0);
+    if next_valid != Some(true) {
+        let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&mut *conn)
+            .await?;
+        sqlx::query(
+            "SELECT set_config('maintenance_work_mem', $1, false),
+                    set_config('statement_timeout', '0', false),
+                    set_config('client_min_messages', 'error', false)",
+        )
+        .bind(format!(
+            "{}kB",
+            build_memory_kb(u64::try_from(rows).unwrap_or(0), dimensions, params.m())
+        ))
+        .execute(&mut *conn)
+        .await?;
+        sqlx::raw_sql(AssertSqlSafe(hnsw_index_ddl(
+            "INDEX CONCURRENTLY",
+            &next,
+            &table,
+            dimensions,
+            params,
+        )))
+        .execute(&mut *conn)
+        .await?;
+    }
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+        .bind(DEFER_LOCK_TIMEOUT)
+        .execute(&mut *tx)
+        .await?;
+    // The table's lock first, then the association's row, as when an index is deferred.
+    match sqlx::raw_sql(AssertSqlSafe(format!("DROP INDEX IF EXISTS {live}")))
+        .execute(&mut *tx)
+        .await
+    {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("55P03") => {
+            return Ok(Rebuild::Busy);
+        }
+        Err(error) => return Err(error),
+    }
+    let deferred: Option<bool> = sqlx::query_scalar(
+        "SELECT deferred_index_m IS NOT NULL FROM vector_embeddings WHERE id = $1 FOR UPDATE",
+    )
+    .bind(vector_embedding_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if deferred != Some(false) {
+        // A burst dropped the index meanwhile (or the association is gone): its deferred
+        // build has the last word.
+        tx.rollback().await?;
+        drop_index_concurrently(conn, &next).await?;
+        return Ok(Rebuild::Skipped);
+    }
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ALTER INDEX {next} RENAME TO {live}"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Rebuild::Replaced)
+}
+
+async fn drop_index_concurrently(conn: &mut PgConnection, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP INDEX CONCURRENTLY IF EXISTS {name}"
+    )))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// How far from 1 a vector's length may be and still count as unit length (a model's
 /// normalised output in `f32` is within ~1e-6).
 const UNIT_TOLERANCE: f64 = 1e-4;
@@ -493,7 +672,8 @@ mod tests {
 
     #[test]
     fn index_parameters_keep_to_pgvector_bounds() {
-        assert_eq!(HnswParams::new(10, 64), Ok(HnswParams::DEFAULT));
+        assert_eq!(HnswParams::new(16, 256), Ok(HnswParams::DEFAULT));
+        assert_eq!(HnswParams::new(10, 64), Ok(HnswParams::FORMER_DEFAULT));
         assert!(HnswParams::new(8, 16).is_ok());
         assert!(HnswParams::new(1, 64).is_err());
         assert!(HnswParams::new(101, 1000).is_err());

@@ -10,6 +10,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use trove::config::HnswParams;
+
 use crate::helpers::{AppOptions, TestApp, eventually, spawn_app_with};
 
 const DIMENSIONS: usize = 64;
@@ -63,6 +65,25 @@ async fn submit(app: &TestApp, pid: &str, from: usize, to: usize) {
         })
         .collect();
     app.submit_batch(pid, documents).await;
+}
+
+/// The configured `m` (the default), as recorded for a deferred index.
+fn default_m() -> Option<i32> {
+    i32::try_from(HnswParams::DEFAULT.m()).ok()
+}
+
+/// The configured `ef_construction` (the default), as recorded for a deferred index.
+fn default_ef() -> Option<i32> {
+    i32::try_from(HnswParams::DEFAULT.ef_construction()).ok()
+}
+
+/// The default build parameters as an index definition shows them.
+fn default_options() -> String {
+    format!(
+        "m='{}', ef_construction='{}'",
+        HnswParams::DEFAULT.m(),
+        HnswParams::DEFAULT.ef_construction()
+    )
 }
 
 /// The index's oid (`None` when it does not exist) and the recorded build parameters.
@@ -178,7 +199,11 @@ async fn spawn_step(app: &TestApp) -> tokio::task::JoinHandle<trove::ingest::wor
 /// it (the pipeline has nothing pending).
 async fn assert_deferred_until_the_sweep(app: &TestApp, pid: &str, table: &str) {
     let (oid, m, ef) = index(app, table).await;
-    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "still deferred");
+    assert_eq!(
+        (oid, m, ef),
+        (None, default_m(), default_ef()),
+        "still deferred"
+    );
     assert_searches_exact(app, pid, table).await;
     app.worker().await.build_idle_deferred_indexes().await;
     let (oid, m, _) = index(app, table).await;
@@ -202,7 +227,11 @@ async fn a_burst_is_stored_without_the_index_which_is_built_with_one_of_its_last
     let first = app.step().await;
     assert_eq!(first.stored, 100, "{first:?}");
     let (oid, m, ef) = index(&app, &table).await;
-    assert_eq!((oid, m, ef), (None, Some(10), Some(64)), "index deferred");
+    assert_eq!(
+        (oid, m, ef),
+        (None, default_m(), default_ef()),
+        "index deferred"
+    );
     assert_searches_exact(&app, &pid, &table).await;
 
     // The second, once nothing was submitted for a second: 50 versions are left after it, so
@@ -260,7 +289,7 @@ async fn a_build_that_dies_leaves_the_index_deferred_for_the_sweep() {
             .fetch_one(&app.pool)
             .await
             .expect("association");
-    let params = trove::config::HnswParams::new(10, 64).expect("params");
+    let params = HnswParams::DEFAULT;
     assert!(
         trove::store::vectors::defer_index(&app.pool, ve, params)
             .await
@@ -454,10 +483,7 @@ async fn migration_13_rebuilds_the_index_in_half_precision_through_the_sweep() {
     assert_eq!(index(&app, &table).await.1, None, "built by the sweep");
     assert_eq!(
         definition(&app).await.expect("index"),
-        built.replace(
-            "m='10', ef_construction='64'",
-            "m='12', ef_construction='40'"
-        )
+        built.replace(&default_options(), "m='12', ef_construction='40'")
     );
     assert_searches_exact(&app, &pid, &table).await;
 }
@@ -531,11 +557,153 @@ async fn migration_15_copies_the_scope_into_the_vector_table() {
         after,
         before
             .iter()
-            .map(|d| d.replace(
-                "m='10', ef_construction='64'",
-                "m='12', ef_construction='40'"
-            ))
+            .map(|d| d.replace(&default_options(), "m='12', ef_construction='40'"))
             .collect::<Vec<_>>()
     );
     assert_searches_exact(&app, &pid, &table).await;
+}
+
+/// The association of a pipeline's default model.
+async fn association(app: &TestApp, pid: &str) -> Uuid {
+    sqlx::query_scalar("SELECT id FROM vector_embeddings WHERE pipeline_id = $1::uuid")
+        .bind(pid)
+        .fetch_one(&app.pool)
+        .await
+        .expect("association")
+}
+
+/// The oid and options of the index named `name` (`None` when it does not exist).
+async fn index_options(app: &TestApp, name: &str) -> Option<(i64, Vec<String>)> {
+    sqlx::query_as("SELECT oid::int8, reloptions::text[] FROM pg_class WHERE oid = to_regclass($1)")
+        .bind(name)
+        .fetch_optional(&app.pool)
+        .await
+        .expect("index options")
+}
+
+/// Runs `statements` on the test database.
+async fn execute(app: &TestApp, statements: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statements))
+        .execute(&app.pool)
+        .await
+        .expect("statements");
+}
+
+/// An index built with the former defaults (`m` 10, `ef_construction` 64, on hash vectors)
+/// is rebuilt by the sweep with the configured parameters beside the old one, which then gives
+/// it its place; searches are exact before and after. A new index that a rebuild which died
+/// left invalid is dropped and built again; one left valid (its swap timed out) is put in place
+/// as it is. Indexes of other parameters are left alone.
+#[tokio::test]
+async fn the_sweep_rebuilds_an_index_of_the_former_defaults_with_the_configured_parameters() {
+    let app = app().await;
+    let (pid, table) = pipeline(&app).await;
+    let (other_pid, other_table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 30).await;
+    submit(&app, &other_pid, 0, 10).await;
+    app.step().await;
+    let ve = association(&app, &pid).await;
+    let live = format!("{table}_hnsw");
+    let next = format!("{table}_hnsw_next");
+    let configured = vec![
+        format!("m={}", HnswParams::DEFAULT.m()),
+        format!("ef_construction={}", HnswParams::DEFAULT.ef_construction()),
+    ];
+    assert_eq!(
+        index_options(&app, &live).await.expect("index").1,
+        configured
+    );
+    let worker = app.worker().await;
+    assert_eq!(worker.upgrade_an_index().await, None, "nothing to upgrade");
+
+    let former = |table: &str| {
+        trove::store::vectors::hnsw_index_sql(
+            table,
+            u32::try_from(DIMENSIONS).expect("dimensions"),
+            HnswParams::FORMER_DEFAULT,
+        )
+    };
+    let other_index = index_options(&app, &format!("{other_table}_hnsw")).await;
+    execute(&app, format!("DROP INDEX {live}; {}", former(&table))).await;
+    assert_eq!(
+        index_options(&app, &live).await.expect("index").1,
+        ["m=10", "ef_construction=64"]
+    );
+    assert_searches_exact(&app, &pid, &table).await;
+    assert_eq!(worker.upgrade_an_index().await, Some(ve));
+    assert_eq!(
+        index_options(&app, &live).await.expect("index").1,
+        configured
+    );
+    assert_eq!(index_options(&app, &next).await, None);
+    assert_searches_exact(&app, &pid, &table).await;
+    assert_eq!(
+        worker.upgrade_an_index().await,
+        None,
+        "one index to upgrade"
+    );
+    assert_eq!(
+        index_options(&app, &format!("{other_table}_hnsw")).await,
+        other_index,
+        "an index of other parameters is left alone"
+    );
+
+    // A new index left by a rebuild: invalid (its build died), then valid (its swap timed out).
+    for valid in [false, true] {
+        let new_index = trove::store::vectors::hnsw_index_sql(
+            &table,
+            u32::try_from(DIMENSIONS).expect("dimensions"),
+            HnswParams::DEFAULT,
+        )
+        .replace(&format!("{live} ON"), &format!("{next} ON"));
+        execute(
+            &app,
+            format!("DROP INDEX {live}; {}; {new_index};", former(&table)),
+        )
+        .await;
+        if !valid {
+            execute(
+                &app,
+                format!(
+                    "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{next}'::regclass"
+                ),
+            )
+            .await;
+        }
+        let (left, _) = index_options(&app, &next).await.expect("left index");
+        assert_eq!(worker.upgrade_an_index().await, Some(ve));
+        let (oid, options) = index_options(&app, &live).await.expect("index");
+        assert_eq!(options, configured);
+        assert_eq!(
+            oid == left,
+            valid,
+            "a valid index is put in place, an invalid one rebuilt"
+        );
+        assert_eq!(index_options(&app, &next).await, None);
+        assert_searches_exact(&app, &pid, &table).await;
+    }
+}
+
+/// A deployment that configures the former defaults keeps its indexes as they are.
+#[tokio::test]
+async fn a_deployment_configured_with_the_former_defaults_keeps_its_indexes() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        env: HashMap::from([
+            ("TROVE_HNSW_M".to_owned(), "10".to_owned()),
+            ("TROVE_HNSW_EF_CONSTRUCTION".to_owned(), "64".to_owned()),
+        ]),
+        ..AppOptions::default()
+    })
+    .await;
+    let (pid, table) = pipeline(&app).await;
+    submit(&app, &pid, 0, 10).await;
+    app.step().await;
+    let before = index_options(&app, &format!("{table}_hnsw")).await;
+    assert_eq!(
+        before.as_ref().expect("index").1,
+        ["m=10", "ef_construction=64"]
+    );
+    assert_eq!(app.worker().await.upgrade_an_index().await, None);
+    assert_eq!(index_options(&app, &format!("{table}_hnsw")).await, before);
 }
