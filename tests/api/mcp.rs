@@ -732,14 +732,7 @@ async fn search_knowledge_runs_similarity_and_mmr() {
         .new_pipeline(json!({"has_full_text_search": true}))
         .await;
     let pid = str_of(&pipeline, "id").to_owned();
-    app.submit_text(
-        &pid,
-        "harbour",
-        "Zanzibar harbour ships and cargo manifests.",
-    )
-    .await;
-    app.submit_text(&pid, "garden", "Botanical garden orchids and ferns.")
-        .await;
+    submit_harbour_and_garden(&app, &pid).await;
     let reply = app
         .submit(
             &pid,
@@ -800,22 +793,8 @@ async fn search_knowledge_runs_similarity_and_mmr() {
 async fn search_knowledge_uses_a_model_added_to_the_pipeline_once_it_is_ready() {
     let app = spawn_app_without_worker().await;
     let pid = app.new_pipeline_id(json!({})).await;
-    app.submit_text(
-        &pid,
-        "harbour",
-        "Zanzibar harbour ships and cargo manifests.",
-    )
-    .await;
-    app.submit_text(&pid, "garden", "Botanical garden orchids and ferns.")
-        .await;
-    let worker = app.worker().await;
-    while worker
-        .step(std::time::Duration::from_millis(300))
-        .await
-        .unwrap()
-        .jobs
-        > 0
-    {}
+    submit_harbour_and_garden(&app, &pid).await;
+    while app.step().await.jobs > 0 {}
     let model = app.create_hash_model("mcp-added", 48).await;
     let model_id = str_of(&model, "id").to_owned();
     let reply = app
@@ -832,13 +811,7 @@ async fn search_knowledge_uses_a_model_added_to_the_pipeline_once_it_is_ready() 
         .await;
     assert_eq!(error["message"], "Conflict related error", "{error}");
 
-    while worker
-        .step(std::time::Duration::from_millis(300))
-        .await
-        .unwrap()
-        .jobs
-        > 0
-    {}
+    while app.step().await.jobs > 0 {}
     let output = client.tool_ok("search_knowledge", arguments).await;
     let results = output["results"].as_array().unwrap();
     assert_eq!(results.len(), 2, "{output}");
@@ -862,14 +835,7 @@ async fn search_knowledge_runs_full_text_search() {
         .new_pipeline(json!({"has_full_text_search": true}))
         .await;
     let pid = str_of(&pipeline, "id").to_owned();
-    app.submit_text(
-        &pid,
-        "harbour",
-        "Zanzibar harbour ships and cargo manifests.",
-    )
-    .await;
-    app.submit_text(&pid, "garden", "Botanical garden orchids and ferns.")
-        .await;
+    submit_harbour_and_garden(&app, &pid).await;
     let outcome = app.step().await;
     assert_eq!(outcome.stored, 2, "{outcome:?}");
     let mut client = session(&app).await;
@@ -1321,14 +1287,7 @@ async fn search_knowledge_runs_hybrid_searches_with_the_extension_on() {
         .new_pipeline(json!({"has_full_text_search": true}))
         .await;
     let pid = str_of(&pipeline, "id").to_owned();
-    app.submit_text(
-        &pid,
-        "harbour",
-        "Zanzibar harbour ships and cargo manifests.",
-    )
-    .await;
-    app.submit_text(&pid, "garden", "Botanical garden orchids and ferns.")
-        .await;
+    submit_harbour_and_garden(&app, &pid).await;
     assert_eq!(app.step().await.stored, 2);
     let mut client = session(&app).await;
     let tools = client.call("tools/list", json!({})).await;
@@ -1350,4 +1309,17 @@ async fn search_knowledge_runs_hybrid_searches_with_the_extension_on() {
     assert_eq!(results[0]["full_text_rank"], 1, "{output}");
     assert!(str_of(&results[0], "page_content").contains("Zanzibar"));
     assert_eq!(results[0]["embedding"], Value::Null);
+}
+
+/// Submits the two documents the search tests look for: `harbour` (“Zanzibar harbour ships and
+/// cargo manifests.”) and `garden` (“Botanical garden orchids and ferns.”).
+async fn submit_harbour_and_garden(app: &TestApp, pid: &str) {
+    app.submit_text(
+        pid,
+        "harbour",
+        "Zanzibar harbour ships and cargo manifests.",
+    )
+    .await;
+    app.submit_text(pid, "garden", "Botanical garden orchids and ferns.")
+        .await;
 }
