@@ -685,16 +685,16 @@ pub struct HnswParams {
 }
 
 impl HnswParams {
-    /// Trove's defaults: `m` 16 and `ef_construction` 256. On all-MiniLM-L6-v2 vectors (384
+    /// Trove's defaults: `m` 16 and `ef_construction` 128. On all-MiniLM-L6-v2 vectors (384
     /// dimensions) of the search benchmark's 100,000 fragments, with the candidate list of
-    /// [`crate::retrieval::cost`] (150 there), they gave recall@5 0.958 and recall@10 0.952,
-    /// against 0.842 and 0.821 with the former defaults, for searches about 1.4 times as
-    /// long and a build 4 times as long (115 s against 27 s); `ef_construction` 128 needed a
-    /// list of 200 for the same recall, a longer walk than the longer build costs once. See
-    /// docs/benchmarks.md.
+    /// [`crate::retrieval::cost`] (200 there), they gave recall@5 0.965 and recall@10 0.956,
+    /// against 0.874 and 0.856 with the former defaults, for searches about 1.4 times as long
+    /// and a build 3 times as long (51 s against 17 s). `ef_construction` 256 reached the same
+    /// recall at a list of 150 in about the same time but took twice as long to build, which
+    /// ingestion pays on every burst. See docs/benchmarks.md.
     pub const DEFAULT: Self = Self {
         m: 16,
-        ef_construction: 256,
+        ef_construction: 128,
     };
 
     /// The defaults of earlier versions (`m` 10, `ef_construction` 64), chosen on hash

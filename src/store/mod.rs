@@ -101,11 +101,10 @@ pub type DatabaseError = sqlx::Error;
 pub type EntityError = DbErr;
 
 /// `hnsw.ef_search` of every connection (set at connection start with `hnsw.iterative_scan =
-/// relaxed_order`), and the candidate list of an unrestricted HNSW search of 100,000 vectors
-/// (a search sets the list its walk needs, `retrieval::cost::walk`). On the 100,000-fragment
-/// search benchmark with all-MiniLM-L6-v2 vectors and the default graph (`m` 16,
-/// `ef_construction` 256), 100 gave recall@5 0.935, 150 gives 0.961 and 200 0.970 (statement
-/// alone: 3.9, 5.9 and 7.1 ms); pgvector's default of 40 is far below.
+/// relaxed_order`), and the base of the candidate list of a restricted HNSW search of 100,000
+/// vectors (a search sets the list its walk needs, `retrieval::cost::walk`; an unrestricted one
+/// walks `retrieval::cost::UNRESTRICTED_EF_SEARCH` there); pgvector's default of 40 is far
+/// below.
 pub const SESSION_EF_SEARCH: u64 = 150;
 
 /// Connections of each process's pool on the primary, and on each read replica.

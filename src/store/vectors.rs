@@ -672,7 +672,7 @@ mod tests {
 
     #[test]
     fn index_parameters_keep_to_pgvector_bounds() {
-        assert_eq!(HnswParams::new(16, 256), Ok(HnswParams::DEFAULT));
+        assert_eq!(HnswParams::new(16, 128), Ok(HnswParams::DEFAULT));
         assert_eq!(HnswParams::new(10, 64), Ok(HnswParams::FORMER_DEFAULT));
         assert!(HnswParams::new(8, 16).is_ok());
         assert!(HnswParams::new(1, 64).is_err());
