@@ -679,9 +679,9 @@ mod tests {
             (plan.fetch, plan.ef_search, plan.walk_only)
         };
         assert_eq!(plan(5, 1000.0, None), (5, Some(100), false));
-        assert_eq!(plan(5, 58_841.0, None), (5, Some(109), false));
+        assert_eq!(plan(5, 58_841.0, None), (5, Some(145), false));
         assert_eq!(plan(200, 1000.0, None), (200, Some(200), false));
-        assert_eq!(plan(5, 1_000_000.0, None), (5, Some(597), false));
+        assert_eq!(plan(5, 1_000_000.0, None), (5, Some(796), false));
         // A restricted scope fetches k rows with a list sized to its selectivity.
         assert_eq!(plan(5, 58_841.0, Some(0.5)), (5, Some(150), false));
         assert_eq!(plan(5, 1_000_000.0, Some(0.5)), (5, Some(597), true));
