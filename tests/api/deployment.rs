@@ -157,6 +157,14 @@ impl Trove {
 
 impl Drop for Trove {
     fn drop(&mut self) {
+        // A failed test shows what each process logged last.
+        if std::thread::panicking() {
+            eprintln!(
+                "---- {} (its last log lines) ----\n{}",
+                self.name,
+                self.log_tail()
+            );
+        }
         self.kill();
     }
 }
@@ -588,7 +596,10 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
     let mut success_before_kill = 0.0;
     let (load, ()) = tokio::join!(submit_all(&apis, &pid, n, &done), async {
         reached(&done, n / 5).await;
-        let victim = leader(&js, stream, None).await.expect("a stream leader");
+        let victim = eventually("a stream leader", Duration::from_secs(20), || {
+            leader(&js, stream, None)
+        })
+        .await;
         nats.kill(&victim);
         timeline.insert("nats_killed", started.elapsed());
         tokio::time::sleep(Duration::from_secs(3)).await;
