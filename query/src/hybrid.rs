@@ -214,9 +214,11 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         .join_lateral(JoinType::InnerJoin, holding, f, Expr::cust("true"))
         .and_where(Expr::cust(r#""lexw"."read""#))
         .to_owned();
-    // First the shortlist by the words a fragment holds, each counted once.
+    // First the shortlist by the words a fragment holds, each counted once; rounded in
+    // billionths as a float (the same order as a `numeric` rounding to 9 decimals, without
+    // converting each of the thousands of fragments found).
     let held = Expr::cust_with_values(
-        r#"round((sum("lexw"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * "lexh"."dl" / "lexn"."avgdl")))::numeric, 9)"#,
+        r#"round(sum("lexw"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * "lexh"."dl" / "lexn"."avgdl")) * 1e9)"#,
         [BM25_K1, BM25_K1, BM25_B, BM25_B],
     );
     let shortlist = Query::select()
@@ -238,7 +240,9 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         .order_by((Alias::new("lexh"), Alias::new("id")), Order::Asc)
         .limit(shortlist_len(lexical.fetch))
         .to_owned();
-    // Then the shortlist's word frequencies, one read of each fragment's full-text vector.
+    // Then the shortlist's word frequencies, one read of each fragment's full-text vector,
+    // of which only the query's words are unnested: weighted `A` (the stored vectors hold the
+    // default weight `D` only) and the others filtered out in one pass.
     let frequencies = Query::select()
         .columns([
             (Alias::new("lexs"), Alias::new("id")),
@@ -259,7 +263,12 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
             JoinType::InnerJoin,
             Query::select()
                 .columns([Alias::new("lexeme"), Alias::new("positions")])
-                .from_function(unnest(Expr::cust(r#""fragments"."tsv""#)), Alias::new("u"))
+                .from_function(
+                    unnest(Expr::cust(
+                        r#"ts_filter(setweight("fragments"."tsv", 'A', (SELECT array_agg("lexeme") FROM "lexw")), '{a}')"#,
+                    )),
+                    Alias::new("u"),
+                )
                 .to_owned(),
             Alias::new("u"),
             Expr::cust("true"),

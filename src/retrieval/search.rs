@@ -235,6 +235,10 @@ pub struct NearestPlan {
     /// Rows the statement returns at most (its LIMIT); the caller keeps the first `limit`
     /// after sorting.
     pub fetch: u64,
+    /// The statement runs on its generic plan, made once per connection, rather than on a
+    /// plan made for each search's values: set where the plan does not depend on them (see
+    /// [`hybrid`]).
+    pub generic: bool,
 }
 
 /// The walk of an index path (a scope too rare for [`super::cost::walk`], searched on the
@@ -334,6 +338,7 @@ fn planned(
             && query.selectivity.is_some()
             && order == Distance::Cosine,
         fetch,
+        generic: false,
     })
 }
 
@@ -343,7 +348,8 @@ fn planned(
 /// return `k` results where they exist. A walk gives the session its candidate list first,
 /// unless the connection is known to have it (`store::Connection::use_ef_search`: a round trip
 /// once for a run of searches of one pipeline, rather than a transaction for each); a walk
-/// only the index may serve runs in a transaction that sets its settings, in one statement.
+/// only the index may serve, and a statement to run on its generic plan, run in a transaction
+/// that sets their settings, in one statement.
 pub async fn run_plan(
     conn: &mut store::Connection,
     plan: NearestPlan,
@@ -353,22 +359,37 @@ pub async fn run_plan(
         arguments,
         ef_search,
         walk_only,
+        generic,
         ..
     } = plan;
-    if !walk_only {
-        if let Some(ef_search) = ef_search {
-            conn.use_ef_search(ef_search).await?;
-        }
+    let mut settings: Vec<(&str, String)> = Vec::new();
+    if walk_only {
+        settings.extend([
+            (
+                "hnsw.ef_search",
+                ef_search.unwrap_or(SESSION_EF_SEARCH).to_string(),
+            ),
+            ("enable_sort", "off".to_owned()),
+            ("hnsw.iterative_scan", "strict_order".to_owned()),
+        ]);
+    } else if let Some(ef_search) = ef_search {
+        conn.use_ef_search(ef_search).await?;
+    }
+    if generic {
+        settings.push(("plan_cache_mode", "force_generic_plan".to_owned()));
+    }
+    if settings.is_empty() {
         return sqlx::query_with(AssertSqlSafe(sql), arguments)
             .fetch_all(&mut **conn)
             .await;
     }
+    let (names, values): (Vec<&str>, Vec<String>) = settings.into_iter().unzip();
     let mut tx = conn.begin().await?;
     sqlx::query(
-        "SELECT set_config('hnsw.ef_search', $1, true), set_config('enable_sort', 'off', true),
-                set_config('hnsw.iterative_scan', 'strict_order', true)",
+        "SELECT set_config(name, value, true) FROM unnest($1::text[], $2::text[]) AS s(name, value)",
     )
-    .bind(ef_search.unwrap_or(SESSION_EF_SEARCH).to_string())
+    .bind(names)
+    .bind(values)
     .execute(&mut *tx)
     .await?;
     let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
@@ -546,6 +567,13 @@ pub async fn hybrid(
             )
         },
     )?;
+    // An unrestricted walk's plan is the same whatever the values (the walk, then each of the
+    // query's words through the full-text index): planning the statement, a tenth of the
+    // search, is done once per connection. A restricted scope is planned for its values.
+    let plan = NearestPlan {
+        generic: plan.ef_search.is_some() && query.selectivity.is_none() && scope.filter.is_none(),
+        ..plan
+    };
     let rows = run_plan(conn, plan).await?;
     rows.iter()
         .map(<HybridHit as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row)
