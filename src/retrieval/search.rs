@@ -568,7 +568,7 @@ pub async fn hybrid(
         },
     )?;
     // An unrestricted walk's plan is the same whatever the values (the walk, then each of the
-    // query's words through the full-text index): planning the statement, a tenth of the
+    // query's words through the full-text index): planning the statement, 3–6 ms of each
     // search, is done once per connection. A restricted scope is planned for its values.
     let plan = NearestPlan {
         generic: plan.ef_search.is_some() && query.selectivity.is_none() && scope.filter.is_none(),
