@@ -106,12 +106,13 @@ impl Cluster {
     }
 
     /// Waits until every server sees the same JetStream meta leader among three peers and
-    /// answers its health check.
+    /// answers its health check (a server started again answers it once it has caught up with
+    /// its streams: a minute at most on a loaded machine).
     pub async fn wait_ready(&self) {
         let http = reqwest::Client::new();
         eventually(
             "a three-node JetStream cluster ready",
-            Duration::from_secs(20),
+            Duration::from_secs(60),
             || async {
                 for port in &self.monitor_ports {
                     let base = format!("http://127.0.0.1:{port}");
