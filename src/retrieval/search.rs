@@ -362,36 +362,33 @@ pub async fn run_plan(
         generic,
         ..
     } = plan;
-    let mut settings: Vec<(&str, String)> = Vec::new();
-    if walk_only {
-        settings.extend([
-            (
-                "hnsw.ef_search",
-                ef_search.unwrap_or(SESSION_EF_SEARCH).to_string(),
-            ),
-            ("enable_sort", "off".to_owned()),
-            ("hnsw.iterative_scan", "strict_order".to_owned()),
-        ]);
-    } else if let Some(ef_search) = ef_search {
-        conn.use_ef_search(ef_search).await?;
+    if !walk_only {
+        if let Some(ef_search) = ef_search {
+            conn.use_ef_search(ef_search).await?;
+        }
+        if !generic {
+            return sqlx::query_with(AssertSqlSafe(sql), arguments)
+                .fetch_all(&mut **conn)
+                .await;
+        }
     }
-    if generic {
-        settings.push(("plan_cache_mode", "force_generic_plan".to_owned()));
-    }
-    if settings.is_empty() {
-        return sqlx::query_with(AssertSqlSafe(sql), arguments)
-            .fetch_all(&mut **conn)
-            .await;
-    }
-    let (names, values): (Vec<&str>, Vec<String>) = settings.into_iter().unzip();
+    // A walk only the index may serve has a restricted scope, a generic plan an unrestricted
+    // one: a statement is one or the other.
+    debug_assert!(
+        !(walk_only && generic),
+        "a restricted walk on a generic plan"
+    );
     let mut tx = conn.begin().await?;
-    sqlx::query(
-        "SELECT set_config(name, value, true) FROM unnest($1::text[], $2::text[]) AS s(name, value)",
-    )
-    .bind(names)
-    .bind(values)
-    .execute(&mut *tx)
-    .await?;
+    let settings = if walk_only {
+        sqlx::query(
+            "SELECT set_config('hnsw.ef_search', $1, true), set_config('enable_sort', 'off', true),
+                    set_config('hnsw.iterative_scan', 'strict_order', true)",
+        )
+        .bind(ef_search.unwrap_or(SESSION_EF_SEARCH).to_string())
+    } else {
+        sqlx::query("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+    };
+    settings.execute(&mut *tx).await?;
     let rows = sqlx::query_with(AssertSqlSafe(sql), arguments)
         .fetch_all(&mut *tx)
         .await?;
