@@ -7,8 +7,7 @@
 
 use std::path::Path;
 
-use faer::linalg::matmul::matmul;
-use faer::{Accum, MatMut, MatRef, Par};
+use crate::matmul::{Mat, MatMut, matmul};
 use rayon::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
@@ -306,57 +305,59 @@ impl Bert {
         let mut tmp = vec![0f32; h * total];
         let mut mid = vec![0f32; inter * total];
         let mut scores = vec![0f32; max_len * max_len];
+        // Where a split product's shares are written before they take their place.
+        let mut scratch = vec![
+            0f32;
+            if parts > 1 {
+                inter.max(3 * h) * total
+            } else {
+                0
+            }
+        ];
 
         for layer in &self.layers {
             // Q, K, V for all tokens: [3H, T] = W_qkv [3H, H] · X [H, T].
             dense(
-                MatMut::from_column_major_slice_mut(&mut qkv, 3 * h, total),
-                MatRef::from_column_major_slice(&layer.qkv_w, 3 * h, h),
-                MatRef::from_column_major_slice(&x, h, total),
+                MatMut::col_major(&mut qkv, 3 * h, total),
+                Mat::col_major(&layer.qkv_w, 3 * h, h),
+                Mat::col_major(&x, h, total),
                 parts,
+                &mut scratch,
             );
             k.add_bias(&mut qkv, &layer.qkv_b);
 
             // Attention per sequence and head.
-            let qkv_m = MatRef::from_column_major_slice(&qkv, 3 * h, total);
+            let qkv_m = Mat::col_major(&qkv, 3 * h, total);
             let mut off = 0;
             for s in seqs {
                 let len = s.len();
                 let ctx_seq = &mut ctx[off * h..(off + len) * h];
                 for head in 0..heads {
-                    let qt = qkv_m.submatrix(head * dh, off, dh, len);
-                    let kt = qkv_m.submatrix(h + head * dh, off, dh, len);
-                    let vt = qkv_m.submatrix(2 * h + head * dh, off, dh, len);
+                    let qt = qkv_m.block(head * dh, off, dh, len);
+                    let kt = qkv_m.block(h + head * dh, off, dh, len);
+                    let vt = qkv_m.block(2 * h + head * dh, off, dh, len);
                     let sc = &mut scores[..len * len];
                     // Scores transposed: column j holds query j against every key.
-                    matmul(
-                        MatMut::from_column_major_slice_mut(sc, len, len),
-                        Accum::Replace,
-                        kt.transpose(),
-                        qt,
-                        scale,
-                        Par::Seq,
-                    );
+                    matmul(MatMut::col_major(sc, len, len), kt.transpose(), qt, scale);
                     k.softmax_columns(sc, len);
-                    // Context transposed: [dh, len] = V^T [dh, len] · P^T [len, len].
-                    let ctx_m = MatMut::from_column_major_slice_mut(ctx_seq, h, len);
+                    // Context transposed: [dh, len] = V^T [dh, len] · P^T [len, len], into
+                    // the head's rows of the sequence's columns.
                     matmul(
-                        ctx_m.submatrix_mut(head * dh, 0, dh, len),
-                        Accum::Replace,
+                        MatMut::with_col_stride(&mut ctx_seq[head * dh..], dh, len, h),
                         vt,
-                        MatRef::from_column_major_slice(sc, len, len),
+                        Mat::col_major(sc, len, len),
                         1.0,
-                        Par::Seq,
                     );
                 }
                 off += len;
             }
 
             dense(
-                MatMut::from_column_major_slice_mut(&mut tmp, h, total),
-                MatRef::from_column_major_slice(&layer.attn_out_w, h, h),
-                MatRef::from_column_major_slice(&ctx, h, total),
+                MatMut::col_major(&mut tmp, h, total),
+                Mat::col_major(&layer.attn_out_w, h, h),
+                Mat::col_major(&ctx, h, total),
                 parts,
+                &mut scratch,
             );
             k.residual_layer_norm(
                 &mut x,
@@ -368,18 +369,20 @@ impl Bert {
             );
 
             dense(
-                MatMut::from_column_major_slice_mut(&mut mid, inter, total),
-                MatRef::from_column_major_slice(&layer.inter_w, inter, h),
-                MatRef::from_column_major_slice(&x, h, total),
+                MatMut::col_major(&mut mid, inter, total),
+                Mat::col_major(&layer.inter_w, inter, h),
+                Mat::col_major(&x, h, total),
                 parts,
+                &mut scratch,
             );
             k.bias_gelu(&mut mid, &layer.inter_b);
 
             dense(
-                MatMut::from_column_major_slice_mut(&mut tmp, h, total),
-                MatRef::from_column_major_slice(&layer.out_w, h, inter),
-                MatRef::from_column_major_slice(&mid, inter, total),
+                MatMut::col_major(&mut tmp, h, total),
+                Mat::col_major(&layer.out_w, h, inter),
+                Mat::col_major(&mid, inter, total),
                 parts,
+                &mut scratch,
             );
             k.residual_layer_norm(&mut x, &tmp, &layer.out_b, &layer.ln2_g, &layer.ln2_b, eps);
         }
@@ -429,18 +432,32 @@ fn balanced_groups(seqs: &[Vec<u32>], n: usize) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// `dst = w · x`, the rows of `dst` (and `w`) split over `parts` rayon tasks.
-fn dense(dst: MatMut<'_, f32>, w: MatRef<'_, f32>, x: MatRef<'_, f32>, parts: usize) {
-    let rows = dst.nrows();
+/// `dst = w · x`, the rows of `dst` (and `w`) split over `parts` rayon tasks, each writing its
+/// share into `scratch` (at least as large as `dst`) first: the rows of a column-major matrix
+/// are not one piece of memory.
+fn dense(mut dst: MatMut<'_>, w: Mat<'_>, x: Mat<'_>, parts: usize, scratch: &mut [f32]) {
+    let rows = dst.rows();
     if parts <= 1 || rows < 2 * SPLIT_ALIGN {
-        matmul(dst, Accum::Replace, w, x, 1.0, Par::Seq);
+        matmul(dst, w, x, 1.0);
         return;
     }
-    let left = parts / 2;
-    let mid = (rows * left / parts).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
-    let (d0, d1) = dst.split_at_row_mut(mid);
-    let (w0, w1) = w.split_at_row(mid);
-    rayon::join(|| dense(d0, w0, x, left), || dense(d1, w1, x, parts - left));
+    let cols = dst.cols();
+    let bound = |i: usize| ((rows * i / parts).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN).min(rows);
+    let mut rest = &mut scratch[..rows * cols];
+    let mut shares = Vec::with_capacity(parts);
+    for i in 0..parts {
+        let rows = bound(i)..bound(i + 1);
+        let (part, tail) = rest.split_at_mut(rows.len() * cols);
+        rest = tail;
+        shares.push((rows, part));
+    }
+    shares.par_iter_mut().for_each(|(rows, part)| {
+        let w = w.block(rows.start, 0, rows.len(), w.cols());
+        matmul(MatMut::col_major(part, rows.len(), cols), w, x, 1.0);
+    });
+    for (rows, part) in &shares {
+        dst.copy_rows_from(rows.start, part, rows.len());
+    }
 }
 
 /// Row blocks of a split product are multiples of the kernels' register height.

@@ -6,11 +6,12 @@
 //! computes mean-pooled, L2-normalised sentence embeddings with the same numbers as
 //! sentence-transformers (cosine ≥ 0.9999, in practice ~1 − 1e-7).
 //!
-//! The forward pass is hand-written over `faer`'s matrix products (AVX-512/AVX2 kernels
+//! The forward pass is hand-written over `gemm`'s matrix products (AVX-512/AVX2 kernels
 //! chosen at run time) with packed, unpadded sequences; see `bert.rs`.
 
 mod bert;
 mod kernels;
+mod matmul;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
