@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use trove::config::Config;
-use trove::startup::{Application, migrated_pool, run_worker_only, shutdown_signal};
+use trove::startup;
 
 #[derive(Parser)]
 #[command(
@@ -78,10 +78,13 @@ struct UploadArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Command::Upload(args) = cli.command {
-        return upload(args);
-    }
+    let command = match Cli::parse().command {
+        Command::Upload(args) => return upload(args),
+        Command::Serve => startup::Command::Serve,
+        Command::Worker => startup::Command::Worker,
+        Command::Migrate => startup::Command::Migrate,
+        Command::Sidecar => startup::Command::Sidecar,
+    };
     let config = match Config::from_env() {
         Ok(config) => config,
         Err(error) => {
@@ -90,46 +93,7 @@ fn main() -> ExitCode {
         }
     };
     trove::telemetry::init(&config.log_filter, config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("trove: cannot start the runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    let result: Result<(), String> = runtime.block_on(async move {
-        match cli.command {
-            Command::Serve => {
-                let app = Application::build(config)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                app.run_until(shutdown_signal())
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Command::Migrate => {
-                let pool = migrated_pool(&config).await.map_err(|e| e.to_string())?;
-                pool.close().await;
-                Ok(())
-            }
-            Command::Worker => run_worker_only(config, shutdown_signal())
-                .await
-                .map_err(|e| e.to_string()),
-            Command::Upload(_) => Ok(()),
-            Command::Sidecar => trove::sidecar::serve(
-                config.sidecar_listen,
-                config.models_dir.clone(),
-                config.embed_threads,
-                shutdown_signal(),
-            )
-            .await
-            .map_err(|e| e.to_string()),
-        }
-    });
-    match result {
+    match startup::run(command, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "stopped");

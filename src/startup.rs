@@ -43,6 +43,54 @@ pub struct Application {
     local_addr: SocketAddr,
 }
 
+/// The server's commands (`trove serve`, `worker`, `migrate`, `sidecar`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Serve,
+    Worker,
+    Migrate,
+    Sidecar,
+}
+
+/// Runs `command` on a multi-threaded runtime until it ends or SIGINT/SIGTERM stops it.
+///
+/// The runtime is driven here rather than in `main` so that the server's futures are compiled
+/// once, in this crate: a future polled from the binary is compiled again there.
+pub fn run(command: Command, config: Config) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the runtime: {error}"))?;
+    runtime.block_on(async move {
+        match command {
+            Command::Serve => {
+                let app = Application::build(config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                app.run_until(shutdown_signal())
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Command::Migrate => {
+                let pool = migrated_pool(&config).await.map_err(|e| e.to_string())?;
+                pool.close().await;
+                Ok(())
+            }
+            Command::Worker => run_worker_only(config, shutdown_signal())
+                .await
+                .map_err(|e| e.to_string()),
+            Command::Sidecar => crate::sidecar::serve(
+                config.sidecar_listen,
+                config.models_dir.clone(),
+                config.embed_threads,
+                shutdown_signal(),
+            )
+            .await
+            .map_err(|e| e.to_string()),
+        }
+    })
+}
+
 /// Opens the pool and applies migrations (`trove migrate` and every start).
 pub async fn migrated_pool(config: &Config) -> Result<store::Pool, StartError> {
     let pool = store::connect_lazy_with_timeout(
