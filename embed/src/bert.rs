@@ -306,14 +306,12 @@ impl Bert {
         let mut mid = vec![0f32; inter * total];
         let mut scores = vec![0f32; max_len * max_len];
         // Where a split product's shares are written before they take their place.
-        let mut scratch = vec![
-            0f32;
-            if parts > 1 {
-                inter.max(3 * h) * total
-            } else {
-                0
-            }
-        ];
+        let scratch_len = if parts > 1 {
+            inter.max(3 * h) * total
+        } else {
+            0
+        };
+        let mut scratch = vec![0f32; scratch_len];
 
         for layer in &self.layers {
             // Q, K, V for all tokens: [3H, T] = W_qkv [3H, H] · X [H, T].
@@ -446,17 +444,17 @@ fn dense(mut dst: MatMut<'_>, w: Mat<'_>, x: Mat<'_>, parts: usize, scratch: &mu
     let mut rest = &mut scratch[..rows * cols];
     let mut shares = Vec::with_capacity(parts);
     for i in 0..parts {
-        let rows = bound(i)..bound(i + 1);
-        let (part, tail) = rest.split_at_mut(rows.len() * cols);
+        let share = bound(i)..bound(i + 1);
+        let (part, tail) = rest.split_at_mut(share.len() * cols);
         rest = tail;
-        shares.push((rows, part));
+        shares.push((share, part));
     }
-    shares.par_iter_mut().for_each(|(rows, part)| {
-        let w = w.block(rows.start, 0, rows.len(), w.cols());
-        matmul(MatMut::col_major(part, rows.len(), cols), w, x, 1.0);
+    shares.par_iter_mut().for_each(|(share, part)| {
+        let w = w.block(share.start, 0, share.len(), w.cols());
+        matmul(MatMut::col_major(part, share.len(), cols), w, x, 1.0);
     });
-    for (rows, part) in &shares {
-        dst.copy_rows_from(rows.start, part, rows.len());
+    for (share, part) in &shares {
+        dst.copy_rows_from(share.start, part, share.len());
     }
 }
 

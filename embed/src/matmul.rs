@@ -285,20 +285,20 @@ mod tests {
 
     type Kernel = fn(MatMut<'_>, Mat<'_>, Mat<'_>, f32);
 
-    /// Every kernel this CPU runs, whichever `matmul` would choose.
+    /// Every kernel this CPU can run, whichever `matmul` would choose.
     fn kernels() -> Vec<Kernel> {
         #[allow(unused_mut)]
         let mut kernels: Vec<Kernel> = vec![portable];
         #[cfg(target_arch = "x86_64")]
-        if let Some(instructions) = x86::instructions() {
-            kernels.push(match instructions {
-                private_gemm_x86::InstrSet::Avx512 => {
-                    |d, l, r, a| x86::matmul(private_gemm_x86::InstrSet::Avx512, d, l, r, a)
-                }
-                private_gemm_x86::InstrSet::Avx256 => {
-                    |d, l, r, a| x86::matmul(private_gemm_x86::InstrSet::Avx256, d, l, r, a)
-                }
-            });
+        {
+            use private_gemm_x86::InstrSet;
+            use std::arch::is_x86_feature_detected;
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                kernels.push(|d, l, r, a| x86::matmul(InstrSet::Avx256, d, l, r, a));
+            }
+            if is_x86_feature_detected!("avx512f") {
+                kernels.push(|d, l, r, a| x86::matmul(InstrSet::Avx512, d, l, r, a));
+            }
         }
         kernels
     }
