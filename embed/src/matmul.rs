@@ -136,30 +136,35 @@ impl<'a> MatMut<'a> {
 }
 
 /// `dst = alpha · lhs · rhs`, on the calling thread.
-///
-/// The kernels below are called from here only, once these hold: every view addresses only
-/// elements of its slice (checked as it was made), the shapes agree, no dimension is 0, and
-/// `dst`, borrowed mutably, aliases neither operand and has columns that do not overlap.
 pub(crate) fn matmul(dst: MatMut<'_>, lhs: Mat<'_>, rhs: Mat<'_>, alpha: f32) {
-    assert!(
-        lhs.rows == dst.rows && rhs.cols == dst.cols && lhs.cols == rhs.rows,
-        "matrix product of mismatched shapes"
-    );
-    if dst.rows == 0 || dst.cols == 0 {
-        return;
-    }
-    if lhs.cols == 0 {
-        for j in 0..dst.cols {
-            dst.data[j * dst.cs..j * dst.cs + dst.rows].fill(0.0);
-        }
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
     if let Some(instructions) = x86::instructions() {
         x86::matmul(instructions, dst, lhs, rhs, alpha);
         return;
     }
     portable(dst, lhs, rhs, alpha);
+}
+
+/// What every kernel call below starts with: the shapes must agree, and a product with a
+/// dimension of 0 is done here (nothing to write, or zeros for an empty inner dimension).
+/// Returns whether the kernel has work left. With the views checked as they were made (every
+/// element they address lies inside their slice) and `dst` borrowed mutably (aliasing neither
+/// operand, its columns apart), this is what makes the kernels' raw-pointer calls sound.
+fn prepare(dst: &mut MatMut<'_>, lhs: &Mat<'_>, rhs: &Mat<'_>) -> bool {
+    assert!(
+        lhs.rows == dst.rows && rhs.cols == dst.cols && lhs.cols == rhs.rows,
+        "matrix product of mismatched shapes"
+    );
+    if dst.rows == 0 || dst.cols == 0 {
+        return false;
+    }
+    if lhs.cols == 0 {
+        for j in 0..dst.cols {
+            dst.data[j * dst.cs..j * dst.cs + dst.rows].fill(0.0);
+        }
+        return false;
+    }
+    true
 }
 
 /// A stride as the kernels take it. A stride beyond `isize` belongs to a dimension of 1
@@ -170,8 +175,11 @@ fn stride(s: usize) -> isize {
 
 /// Through `gemm`: any CPU.
 #[allow(unsafe_code)]
-fn portable(dst: MatMut<'_>, lhs: Mat<'_>, rhs: Mat<'_>, alpha: f32) {
-    // SAFETY: what `matmul` establishes before calling; one thread, `dst` not read.
+fn portable(mut dst: MatMut<'_>, lhs: Mat<'_>, rhs: Mat<'_>, alpha: f32) {
+    if !prepare(&mut dst, &lhs, &rhs) {
+        return;
+    }
+    // SAFETY: see `prepare`; one thread, `dst` not read.
     unsafe {
         gemm::gemm(
             dst.rows,
@@ -201,7 +209,7 @@ fn portable(dst: MatMut<'_>, lhs: Mat<'_>, rhs: Mat<'_>, alpha: f32) {
 /// products of short texts: 80 against 50 GFLOP/s at 1,152 × 384 × 44 here).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Mat, MatMut, stride};
+    use super::{Mat, MatMut, prepare, stride};
     use private_gemm_x86::{Accum, DType, DstKind, IType, InstrSet};
 
     pub(super) fn instructions() -> Option<InstrSet> {
@@ -219,14 +227,25 @@ mod x86 {
     #[allow(unsafe_code)]
     pub(super) fn matmul(
         instructions: InstrSet,
-        dst: MatMut<'_>,
+        mut dst: MatMut<'_>,
         lhs: Mat<'_>,
         rhs: Mat<'_>,
         alpha: f32,
     ) {
-        // SAFETY: what `super::matmul` establishes before calling; the elements are `f32` as
-        // `DType::F32` says, `alpha` outlives the call, the CPU has the instructions named
-        // (`instructions`), and the product runs on this thread.
+        let available = match instructions {
+            InstrSet::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            InstrSet::Avx256 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+        };
+        assert!(available, "{instructions:?} kernels on a CPU without them");
+        if !prepare(&mut dst, &lhs, &rhs) {
+            return;
+        }
+        // SAFETY: see `prepare`; the elements are `f32` as `DType::F32` says, `alpha` outlives
+        // the call, the CPU has the instructions named (checked above), and the product runs
+        // on this thread.
         unsafe {
             private_gemm_x86::gemm(
                 DType::F32,
@@ -379,6 +398,19 @@ mod tests {
             1.0,
         );
         assert_eq!(dst, vec![0.0; 6]);
+    }
+
+    #[test]
+    fn every_kernel_refuses_mismatched_shapes() {
+        let (a, b) = (values(4 * 3, 5), values(2 * 5, 6));
+        for kernel in kernels() {
+            let refused = std::panic::catch_unwind(|| {
+                let mut dst = [0f32; 4 * 5];
+                let dst = MatMut::col_major(&mut dst, 4, 5);
+                kernel(dst, Mat::col_major(&a, 4, 3), Mat::col_major(&b, 2, 5), 1.0);
+            });
+            assert!(refused.is_err());
+        }
     }
 
     #[test]
