@@ -212,16 +212,22 @@ mod x86 {
     use super::{Mat, MatMut, prepare, stride};
     use private_gemm_x86::{Accum, DType, DstKind, IType, InstrSet};
 
-    pub(super) fn instructions() -> Option<InstrSet> {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            Some(InstrSet::Avx512)
-        } else if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            Some(InstrSet::Avx256)
-        } else {
-            None
+    /// Whether this CPU has the instructions of `set`.
+    pub(super) fn available(set: InstrSet) -> bool {
+        match set {
+            InstrSet::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            InstrSet::Avx256 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
         }
+    }
+
+    /// The widest set this CPU has, if any.
+    pub(super) fn instructions() -> Option<InstrSet> {
+        [InstrSet::Avx512, InstrSet::Avx256]
+            .into_iter()
+            .find(|&set| available(set))
     }
 
     #[allow(unsafe_code)]
@@ -232,14 +238,10 @@ mod x86 {
         rhs: Mat<'_>,
         alpha: f32,
     ) {
-        let available = match instructions {
-            InstrSet::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
-            InstrSet::Avx256 => {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
-        };
-        assert!(available, "{instructions:?} kernels on a CPU without them");
+        assert!(
+            available(instructions),
+            "{instructions:?} kernels on a CPU without them"
+        );
         if !prepare(&mut dst, &lhs, &rhs) {
             return;
         }
@@ -311,11 +313,10 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             use private_gemm_x86::InstrSet;
-            use std::arch::is_x86_feature_detected;
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            if x86::available(InstrSet::Avx256) {
                 kernels.push(|d, l, r, a| x86::matmul(InstrSet::Avx256, d, l, r, a));
             }
-            if is_x86_feature_detected!("avx512f") {
+            if x86::available(InstrSet::Avx512) {
                 kernels.push(|d, l, r, a| x86::matmul(InstrSet::Avx512, d, l, r, a));
             }
         }
