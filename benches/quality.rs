@@ -20,9 +20,9 @@
 //!    that answers it; `plain` ones are asked in a user's words, `exact` ones name an option,
 //!    variable, error, file or command that appears in the page. For each question, through
 //!    `POST /pipelines/{id}/search`, one client, the kinds in turn: `similarity`, `search` (full
-//!    text: every word of the query), and `hybrid` with `fetch_k` 20, 50, 100 and 200 (`rrf_k`
-//!    60, both weights 1); k 30 fragments (k 20 with `fetch_k` 20, since a larger k raises the
-//!    candidates of each list to k). Also, for information, the lexical list alone: `hybrid`
+//!    text: every word of the query), and `hybrid` with `fetch_k` 5, 10, 20, 50, 100 and 200
+//!    (`rrf_k` 60, both weights 1); k 30 fragments (k = `fetch_k` below 30, since a larger k
+//!    raises the candidates of each list to k). Also, for information, the lexical list alone: `hybrid`
 //!    with `similarity_weight` 0 (`fetch_k` 100), the fragments it did not find dropped.
 //!    Each answer is reduced to its pages in result order (a page counts at its first
 //!    fragment); the rank of the labelled page gives hit@5, MRR@10 and nDCG@10 (one relevant
@@ -38,7 +38,7 @@
 //! Run: `TROVE_MODELS_DIR=.data/models TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo
 //! bench --bench quality`. Options: `--keep` (keep the database and print its name),
 //! `--database=NAME` (search the corpus a kept database holds: no ingestion; the list of pages
-//! must be the same), `--fetch-k=20,50,100,200` (the hybrid searches), `--details` (every
+//! must be the same), `--fetch-k=5,10,20,50,100,200` (the hybrid searches), `--details` (every
 //! question's ranks), `--wait-quiet=S` (before the searches, wait up to S seconds until other
 //! work leaves the CPUs under 15 % busy; 0).
 
@@ -74,7 +74,7 @@ const RENDER: &str =
 const MAN_ROOT: &str = "/usr/share/man";
 /// Fragments asked of every search.
 const K: u64 = 30;
-const FETCH_KS: [u64; 4] = [20, 50, 100, 200];
+const FETCH_KS: [u64; 6] = [5, 10, 20, 50, 100, 200];
 const RRF_K: f64 = 60.0;
 /// The lexical list alone is read with this `fetch_k`.
 const LEXICAL_FETCH_K: u64 = 100;

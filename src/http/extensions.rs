@@ -173,7 +173,7 @@ fn describe_hybrid(document: &mut Value) {
                     "description".to_owned(),
                     json!(
                         "MMR candidates; with the extension `hybrid`, a hybrid search's \
-                         candidates per list (default 20 whenever omitted, never fewer than k)."
+                         candidates per list (default 10 whenever omitted, never fewer than k)."
                     ),
                 );
             }

@@ -287,7 +287,7 @@ const SEARCH_KNOWLEDGE_DESCRIPTION: &str = "Search the fragments of a pipeline's
 /// What `search_knowledge`'s description adds when the extension `hybrid` is on.
 const HYBRID_DESCRIPTION: &str = " `type` `hybrid` fuses the similarity list and a full-text \
     list of fragments holding any word of the query by reciprocal rank (higher scores first; \
-    the pipeline needs full-text search): `fetch_k` is the candidates per list (default 20), \
+    the pipeline needs full-text search): `fetch_k` is the candidates per list (default 10), \
     `rrf_k` (default 60), `similarity_weight` and `full_text_weight` (default 1).";
 
 /// `search_knowledge`: a search of a pipeline.

@@ -225,10 +225,10 @@ pub const DEFAULT_K: u16 = 5;
 pub const DEFAULT_FETCH_K: u16 = 10;
 /// `lambda_mult` whenever it is omitted.
 pub const DEFAULT_LAMBDA_MULT: f64 = 0.5;
-/// A hybrid search's candidates per list (`fetch_k`) whenever it is omitted: the best of 20,
-/// 50, 100 and 200 on the quality benchmark (docs/benchmarks.md, *Retrieval quality*), where
+/// A hybrid search's candidates per list (`fetch_k`) whenever it is omitted: the best of 5, 10,
+/// 20, 50, 100 and 200 on the quality benchmark (docs/benchmarks.md, *Retrieval quality*), where
 /// more candidates bring in more of the lexical list's weaker matches.
-pub const DEFAULT_HYBRID_FETCH_K: u16 = 20;
+pub const DEFAULT_HYBRID_FETCH_K: u16 = 10;
 /// Reciprocal rank fusion's constant whenever `rrf_k` is omitted.
 pub const DEFAULT_RRF_K: f64 = 60.0;
 /// How many of the first results go to the reranker whenever `rerank_candidates` is omitted.

@@ -447,7 +447,7 @@ async fn hybrid_errors_are_those_of_the_other_kinds() {
     );
     assert_eq!(
         reply.body["error"]["details"]["params"],
-        json!({"k": 2, "fetch_k": 20, "lambda_mult": 0.5, "threshold": null, "embedding": null,
+        json!({"k": 2, "fetch_k": 10, "lambda_mult": 0.5, "threshold": null, "embedding": null,
                "rrf_k": 60.0, "similarity_weight": 1.0, "full_text_weight": 1.0})
     );
     // No embedding model: 400 Vector embedding not found.
@@ -487,7 +487,7 @@ async fn hybrid_placeholders_retrieve_through_the_same_search() {
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
     assert_eq!(
         created.body["placeholders"][1]["params"],
-        json!({"k": 2, "fetch_k": 20, "lambda_mult": 0.5, "threshold": null, "embedding": null,
+        json!({"k": 2, "fetch_k": 10, "lambda_mult": 0.5, "threshold": null, "embedding": null,
                "rrf_k": 10.0, "similarity_weight": 1.0, "full_text_weight": 1.0})
     );
     let agent = created.body["id"].as_str().unwrap();
