@@ -10,6 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::config::{Extension, Extensions};
+use crate::retrieval::kinds::{DEFAULT_HYBRID_FETCH_K, DEFAULT_RERANK_CANDIDATES, DEFAULT_RRF_K};
 
 /// The document served at `/openapi.json` and shown by the references.
 pub fn document(interface: &str, extensions: Extensions) -> String {
@@ -116,8 +117,10 @@ fn describe_hybrid(document: &mut Value) {
                 "format": "double",
                 "exclusiveMinimum": true,
                 "minimum": 0,
-                "description": "Extension `hybrid`: the constant k of reciprocal rank fusion \
-                                (score = Σ weight / (k + rank)); default 60.",
+                "description": format!(
+                    "Extension `hybrid`: the constant k of reciprocal rank fusion \
+                     (score = Σ weight / (k + rank)); default {DEFAULT_RRF_K}."
+                ),
             }),
         ),
         (
@@ -158,8 +161,10 @@ fn describe_hybrid(document: &mut Value) {
                 "format": "uint16",
                 "minimum": 1,
                 "maximum": 1000,
-                "description": "Extension `hybrid`: how many of the first results go to the \
-                                reranker; default 50.",
+                "description": format!(
+                    "Extension `hybrid`: how many of the first results go to the reranker; \
+                     default {DEFAULT_RERANK_CANDIDATES}."
+                ),
             }),
         ),
     ];
@@ -171,10 +176,11 @@ fn describe_hybrid(document: &mut Value) {
             if let Some(Value::Object(fetch_k)) = properties.get_mut("fetch_k") {
                 fetch_k.insert(
                     "description".to_owned(),
-                    json!(
+                    json!(format!(
                         "MMR candidates; with the extension `hybrid`, a hybrid search's \
-                         candidates per list (default 10 whenever omitted, never fewer than k)."
-                    ),
+                         candidates per list (default {DEFAULT_HYBRID_FETCH_K} whenever \
+                         omitted, never fewer than k)."
+                    )),
                 );
             }
         }

@@ -14,7 +14,9 @@ use uuid::Uuid;
 use crate::auth::AuthContext;
 use crate::config::{Extension, Extensions};
 use crate::error::ApiError;
-use crate::retrieval::kinds::{Listed, Listing, SearchParams, ToolSearchTypes};
+use crate::retrieval::kinds::{
+    DEFAULT_HYBRID_FETCH_K, DEFAULT_RRF_K, Listed, Listing, SearchParams, ToolSearchTypes,
+};
 use crate::service::pipelines::PipelineRow;
 use crate::state::AppState;
 
@@ -285,17 +287,22 @@ const SEARCH_KNOWLEDGE_DESCRIPTION: &str = "Search the fragments of a pipeline's
     permission on the pipeline.";
 
 /// What `search_knowledge`'s description adds when the extension `hybrid` is on.
-const HYBRID_DESCRIPTION: &str = " `type` `hybrid` fuses the similarity list and a full-text \
-    list of fragments holding any word of the query by reciprocal rank (higher scores first; \
-    the pipeline needs full-text search): `fetch_k` is the candidates per list (default 10), \
-    `rrf_k` (default 60), `similarity_weight` and `full_text_weight` (default 1).";
+fn hybrid_description() -> String {
+    format!(
+        " `type` `hybrid` fuses the similarity list and a full-text list of fragments holding \
+         any word of the query by reciprocal rank (higher scores first; the pipeline needs \
+         full-text search): `fetch_k` is the candidates per list (default \
+         {DEFAULT_HYBRID_FETCH_K}), `rrf_k` (default {DEFAULT_RRF_K}), `similarity_weight` and \
+         `full_text_weight` (default 1)."
+    )
+}
 
 /// `search_knowledge`: a search of a pipeline.
 fn search_knowledge_tool(extensions: Extensions) -> Tool {
     let mut input = search_knowledge_input();
     let mut description = SEARCH_KNOWLEDGE_DESCRIPTION.to_owned();
     if extensions.has(Extension::Hybrid) {
-        description.push_str(HYBRID_DESCRIPTION);
+        description.push_str(&hybrid_description());
         if let Some(Value::Object(params)) = input.pointer_mut("/properties/params/properties") {
             for name in ["rrf_k", "similarity_weight", "full_text_weight"] {
                 params.insert(name.to_owned(), json!({"type": ["number", "null"]}));
