@@ -22,8 +22,9 @@
 //!    `POST /pipelines/{id}/search`, one client, the kinds in turn: `similarity`, `search` (full
 //!    text: every word of the query), and `hybrid` with `fetch_k` 5, 10, 20, 50, 100 and 200
 //!    (`rrf_k` 60, both weights 1); k 30 fragments (k = `fetch_k` below 30, since a larger k
-//!    raises the candidates of each list to k). Also, for information, the lexical list alone: `hybrid`
-//!    with `similarity_weight` 0 (`fetch_k` 100), the fragments it did not find dropped.
+//!    raises the candidates of each list to k). Also, for information, the lexical list
+//!    alone: `hybrid` with `similarity_weight` 0 (`fetch_k` 100), the fragments it did not
+//!    find dropped.
 //!    Each answer is reduced to its pages in result order (a page counts at its first
 //!    fragment); the rank of the labelled page gives hit@5, MRR@10 and nDCG@10 (one relevant
 //!    page: 1 / log2(rank + 1) within the first 10), by search and by kind of question. The
