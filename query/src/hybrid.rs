@@ -73,10 +73,10 @@ pub const BM25_B: f64 = 0.75;
 /// terms AS (<the query's words: lexeme, q (the lexeme as a tsquery), df>),
 /// lexn AS (<n: the pipeline's fragments with a full-text vector, avgdl: their average length>),
 /// lexw AS (<each word's weight: ln(1 + (n − df + 0.5) / (df + 0.5)), and whether it is read>),
-/// lexh AS MATERIALIZED (SELECT lexw.lexeme, f.id, f.dl
-///                       FROM lexw, LATERAL (<the scope's fragments holding lexw.q:
-///                                            id, octet_length(content) AS dl>) f
-///                       WHERE lexw.read),
+/// lexh AS (SELECT lexw.w, f.id, f.dl
+///           FROM lexw, LATERAL (<the scope's fragments holding lexw.q:
+///                                id, octet_length(content) AS dl>) f
+///           WHERE lexw.read),
 /// lexs AS (<the shortlist: the first of lexh by Σ weight × (k1 + 1) / (1 + k1 × norm(dl))>),
 /// lextf AS (<the shortlist's words with their frequencies tf, from each one's tsv>),
 /// lex AS (SELECT id, Σ weight × tf × (k1 + 1) / (tf + k1 × norm(dl)) AS score … LIMIT fetch)
@@ -208,7 +208,7 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         .and_where(Expr::cust(r#""fragments"."tsv" @@ "lexw"."q""#));
     let f = Alias::new("f");
     let hits = Query::select()
-        .column((Alias::new("lexw"), Alias::new("lexeme")))
+        .column((Alias::new("lexw"), Alias::new("w")))
         .columns([(f.clone(), Alias::new("id")), (f.clone(), Alias::new("dl"))])
         .from(Alias::new("lexw"))
         .join_lateral(JoinType::InnerJoin, holding, f, Expr::cust("true"))
@@ -216,26 +216,20 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         .to_owned();
     // First the shortlist by the words a fragment holds, each counted once; rounded in
     // billionths as a float (the same order as a `numeric` rounding to 9 decimals, without
-    // converting each of the thousands of fragments found).
+    // converting each of the thousands of fragments found). Each row of `lexh` carries its
+    // word's weight, so the fragments are summed without joining the words again.
     let held = Expr::cust_with_values(
-        r#"round(sum("lexw"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * "lexh"."dl" / "lexn"."avgdl")) * 1e9)"#,
+        r#"round(sum("lexh"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * any_value("lexh"."dl") / (SELECT "avgdl" FROM "lexn"))) * 1e9)"#,
         [BM25_K1, BM25_K1, BM25_B, BM25_B],
     );
     let shortlist = Query::select()
-        .columns([
-            (Alias::new("lexh"), Alias::new("id")),
-            (Alias::new("lexh"), Alias::new("dl")),
-        ])
-        .from(Alias::new("lexh"))
-        .inner_join(
-            Alias::new("lexw"),
-            Expr::col((Alias::new("lexw"), Alias::new("lexeme")))
-                .equals((Alias::new("lexh"), Alias::new("lexeme"))),
+        .column((Alias::new("lexh"), Alias::new("id")))
+        .expr_as(
+            Expr::cust(r#"any_value("lexh"."dl")"#),
+            Alias::new("dl"),
         )
-        .cross_join(Alias::new("lexn"))
+        .from(Alias::new("lexh"))
         .group_by_col((Alias::new("lexh"), Alias::new("id")))
-        .group_by_col((Alias::new("lexh"), Alias::new("dl")))
-        .group_by_col((Alias::new("lexn"), Alias::new("avgdl")))
         .order_by_expr(held, Order::Desc)
         .order_by((Alias::new("lexh"), Alias::new("id")), Order::Asc)
         .limit(shortlist_len(lexical.fetch))
@@ -294,13 +288,11 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         .limit(lexical.fetch)
         .to_owned();
 
-    let mut lexh = cte("lexh", hits);
-    lexh.materialized(true);
     vec![
         cte("terms", terms),
         cte("lexn", totals),
         cte("lexw", weights),
-        lexh,
+        cte("lexh", hits),
         cte("lexs", shortlist),
         cte("lextf", frequencies),
         cte("lex", list),
