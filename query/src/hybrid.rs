@@ -224,10 +224,7 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
     );
     let shortlist = Query::select()
         .column((Alias::new("lexh"), Alias::new("id")))
-        .expr_as(
-            Expr::cust(r#"any_value("lexh"."dl")"#),
-            Alias::new("dl"),
-        )
+        .expr_as(Expr::cust(r#"any_value("lexh"."dl")"#), Alias::new("dl"))
         .from(Alias::new("lexh"))
         .group_by_col((Alias::new("lexh"), Alias::new("id")))
         .order_by_expr(held, Order::Desc)
