@@ -72,14 +72,11 @@ pub const BM25_B: f64 = 0.75;
 /// ```text
 /// terms AS (<the query's words: lexeme, q (the lexeme as a tsquery), df>),
 /// lexn AS (<n: the pipeline's fragments with a full-text vector, avgdl: their average length>),
-/// lexw AS (<each word's weight: ln(1 + (n − df + 0.5) / (df + 0.5)), and whether it is read>),
-/// lexh AS (SELECT lexw.w, f.id, f.dl
-///           FROM lexw, LATERAL (<the scope's fragments holding lexw.q:
-///                                id, octet_length(content) AS dl>) f
-///           WHERE lexw.read),
-/// lexs AS (<the shortlist: the first of lexh by Σ weight × (k1 + 1) / (1 + k1 × norm(dl))>),
+/// lexw AS (<each word's weight w: ln(1 + (n − df + 0.5) / (df + 0.5))>),
+/// lexh AS (<the first step's (word, fragment) pairs, from the postings or the full-text index>),
+/// lexs AS (<the shortlist: the first fragments of lexh by their sums>),
 /// lextf AS (<the shortlist's words with their frequencies tf, from each one's tsv>),
-/// lex AS (SELECT id, Σ weight × tf × (k1 + 1) / (tf + k1 × norm(dl)) AS score … LIMIT fetch)
+/// lex AS (SELECT id, Σ w × tf × (k1 + 1) / (tf + k1 × norm(dl)) AS score … LIMIT fetch)
 /// ```
 ///
 /// where norm(dl) = 1 − b + b × dl / avgdl. The query's words are its lexemes under `config`
@@ -91,18 +88,24 @@ pub const BM25_B: f64 = 0.75;
 /// the word, `n` all of them, a fragment's length `dl` is the size of its stored text and
 /// `avgdl` the average. A word none of them holds is left out.
 ///
-/// A word's fragments come from the full-text index, but reading each costs about a
-/// microsecond, and a word held by most of the pipeline weighs almost nothing. So the words
-/// are read from the rarest up while their fragments together stay within [`READ_BUDGET`] (the
-/// rarest always); the others count only for the fragments found through the rarer ones, in
-/// the second step below. A fragment holding none of the words read is not in the list.
-///
 /// Two steps, because a word's frequency in a fragment is in the fragment's full-text vector,
-/// stored out of line. The first step ranks the fragments found with each word read counted
-/// once and keeps [`SHORTLIST_FACTOR`] × `fetch` of them (at least [`SHORTLIST_MIN`]); the
-/// second reads their vectors once each and ranks them by BM25 over every word of the query.
-/// Both scores are rounded to 9 decimals, so that fragments of equal scores are ordered by id
-/// whatever order the sums took their terms in.
+/// stored out of line. The first finds the candidates and keeps [`SHORTLIST_FACTOR`] × `fetch`
+/// of them (at least [`SHORTLIST_MIN`]); the second reads their vectors once each and ranks
+/// them by BM25 over every word of the query. Both scores are rounded to 9 decimals, so that
+/// fragments of equal scores are ordered by id whatever order the sums took their terms in.
+///
+/// The first step reads, when the scope has no metadata filter, the postings (see the
+/// migration that creates them): the first [`POSTINGS_PER_WORD`] fragments of each word in
+/// order of impact, its BM25 term weight in the fragment, summed with the words' weights. A
+/// fragment holding a word beyond its first postings is found through the others only.
+///
+/// Under a metadata filter, of which a word's first postings may hold none, the first step
+/// reads the scope's fragments holding each word through the full-text index instead; each
+/// costs about a microsecond, and a word held by most of the pipeline weighs almost nothing.
+/// So the words are read from the rarest up while their fragments together stay within
+/// [`READ_BUDGET`] (the rarest always), each counted once; the others count only for the
+/// fragments found through the rarer ones, in the second step. A fragment holding none of the
+/// words read is not in the list.
 pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTableExpression> {
     let unnest = |vector: Expr| Func::cust("unnest").arg(vector);
     let mut words = Query::select();
@@ -175,7 +178,8 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
             Alias::new("avgdl"),
         )
         .to_owned();
-    let weights = Query::select()
+    let mut weights = Query::select();
+    weights
         .columns([
             (Alias::new("terms"), Alias::new("lexeme")),
             (Alias::new("terms"), Alias::new("q")),
@@ -186,59 +190,29 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
             ),
             Alias::new("w"),
         )
-        .expr_as(
+        .from(Alias::new("terms"))
+        .cross_join(Alias::new("lexn"));
+    let (hits, shortlist) = if scope.filter.is_none() {
+        from_postings(scope, lexical.fetch)
+    } else {
+        weights.expr_as(
             Expr::cust_with_values(
                 r#"row_number() OVER (ORDER BY "terms"."fragments", "terms"."lexeme") = 1 OR sum("terms"."fragments") OVER (ORDER BY "terms"."fragments", "terms"."lexeme") <= $1"#,
                 [READ_BUDGET as f64],
             ),
             Alias::new("read"),
-        )
-        .from(Alias::new("terms"))
-        .cross_join(Alias::new("lexn"))
-        .to_owned();
-
-    let mut holding = scoped_select(scope);
-    holding
-        .clear_selects()
-        .column((Alias::new("fragments"), Alias::new("id")))
-        .expr_as(
-            Expr::cust(r#"octet_length("fragments"."content")::double precision"#),
-            Alias::new("dl"),
-        )
-        .and_where(Expr::cust(r#""fragments"."tsv" @@ "lexw"."q""#));
-    let f = Alias::new("f");
-    let hits = Query::select()
-        .column((Alias::new("lexw"), Alias::new("w")))
-        .columns([(f.clone(), Alias::new("id")), (f.clone(), Alias::new("dl"))])
-        .from(Alias::new("lexw"))
-        .join_lateral(JoinType::InnerJoin, holding, f, Expr::cust("true"))
-        .and_where(Expr::cust(r#""lexw"."read""#))
-        .to_owned();
-    // First the shortlist by the words a fragment holds, each counted once; rounded in
-    // billionths as a float (the same order as a `numeric` rounding to 9 decimals, without
-    // converting each of the thousands of fragments found). Each row of `lexh` carries its
-    // word's weight, so the fragments are summed without joining the words again.
-    let held = Expr::cust_with_values(
-        r#"round(sum("lexh"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * any_value("lexh"."dl") / (SELECT "avgdl" FROM "lexn"))) * 1e9)"#,
-        [BM25_K1, BM25_K1, BM25_B, BM25_B],
-    );
-    let shortlist = Query::select()
-        .column((Alias::new("lexh"), Alias::new("id")))
-        .expr_as(Expr::cust(r#"any_value("lexh"."dl")"#), Alias::new("dl"))
-        .from(Alias::new("lexh"))
-        .group_by_col((Alias::new("lexh"), Alias::new("id")))
-        .order_by_expr(held, Order::Desc)
-        .order_by((Alias::new("lexh"), Alias::new("id")), Order::Asc)
-        .limit(shortlist_len(lexical.fetch))
-        .to_owned();
+        );
+        from_full_text_index(scope, lexical.fetch)
+    };
     // Then the shortlist's word frequencies, one read of each fragment's full-text vector,
     // of which only the query's words are unnested: weighted `A` (the stored vectors hold the
     // default weight `D` only) and the others filtered out in one pass.
     let frequencies = Query::select()
-        .columns([
-            (Alias::new("lexs"), Alias::new("id")),
-            (Alias::new("lexs"), Alias::new("dl")),
-        ])
+        .column((Alias::new("lexs"), Alias::new("id")))
+        .expr_as(
+            Expr::cust(r#"octet_length("fragments"."content")::double precision"#),
+            Alias::new("dl"),
+        )
         .column((Alias::new("u"), Alias::new("lexeme")))
         .expr_as(
             Expr::cust(r#"cardinality("u"."positions")::double precision"#),
@@ -296,6 +270,92 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
     ]
 }
 
+/// The first step from the postings (see the migration that creates them), when the scope has
+/// no metadata filter: the first [`POSTINGS_PER_WORD`] of each query word among the scope's
+/// classifications (at least the shortlist's length), in the index's order of impact, summed
+/// by fragment with the words' weights. Every posting is of a current fragment of the
+/// pipeline, so the classifications are the whole scope.
+fn from_postings(scope: &Scope<'_>, fetch: u64) -> (SelectStatement, SelectStatement) {
+    let (lexh, postings) = (Alias::new("lexh"), Alias::new("postings"));
+    let shortlist_len = shortlist_len(fetch);
+    let first = Query::select()
+        .columns([Alias::new("fragment_id"), Alias::new("impact")])
+        .from(postings.clone())
+        .and_where(Expr::col((postings.clone(), Alias::new("pipeline_id"))).eq(scope.pipeline_id))
+        .and_where(Expr::cust(r#""postings"."word" = "lexw"."lexeme""#))
+        .and_where(
+            Expr::col((postings.clone(), Alias::new("classification")))
+                .is_in(scope.classifications.iter().cloned()),
+        )
+        .order_by((postings.clone(), Alias::new("impact")), Order::Desc)
+        .order_by((postings, Alias::new("fragment_id")), Order::Asc)
+        .limit(Ord::max(POSTINGS_PER_WORD, shortlist_len))
+        .to_owned();
+    let p = Alias::new("p");
+    let hits = Query::select()
+        .column((Alias::new("lexw"), Alias::new("w")))
+        .expr_as(
+            Expr::col((p.clone(), Alias::new("fragment_id"))),
+            Alias::new("id"),
+        )
+        .column((p.clone(), Alias::new("impact")))
+        .from(Alias::new("lexw"))
+        .join_lateral(JoinType::InnerJoin, first, p, Expr::cust("true"))
+        .to_owned();
+    // Rounded in billionths, so that equal sums are ordered by id whatever their terms' order.
+    let shortlist = Query::select()
+        .column((lexh.clone(), Alias::new("id")))
+        .from(lexh.clone())
+        .group_by_col((lexh.clone(), Alias::new("id")))
+        .order_by_expr(
+            Expr::cust(r#"round(sum("lexh"."w" * "lexh"."impact") * 1e9)"#),
+            Order::Desc,
+        )
+        .order_by((lexh, Alias::new("id")), Order::Asc)
+        .limit(shortlist_len)
+        .to_owned();
+    (hits, shortlist)
+}
+
+/// The first step through the full-text index, when the scope has a metadata filter (of which
+/// the first postings of a word may hold none): the fragments of the scope holding each word
+/// read, ranked with each word counted once.
+fn from_full_text_index(scope: &Scope<'_>, fetch: u64) -> (SelectStatement, SelectStatement) {
+    let mut holding = scoped_select(scope);
+    holding
+        .clear_selects()
+        .column((Alias::new("fragments"), Alias::new("id")))
+        .expr_as(
+            Expr::cust(r#"octet_length("fragments"."content")::double precision"#),
+            Alias::new("dl"),
+        )
+        .and_where(Expr::cust(r#""fragments"."tsv" @@ "lexw"."q""#));
+    let f = Alias::new("f");
+    let hits = Query::select()
+        .column((Alias::new("lexw"), Alias::new("w")))
+        .columns([(f.clone(), Alias::new("id")), (f.clone(), Alias::new("dl"))])
+        .from(Alias::new("lexw"))
+        .join_lateral(JoinType::InnerJoin, holding, f, Expr::cust("true"))
+        .and_where(Expr::cust(r#""lexw"."read""#))
+        .to_owned();
+    // Rounded in billionths as a float (the same order as a `numeric` rounding to 9 decimals,
+    // without converting each of the thousands of fragments found). Each row of `lexh` carries
+    // its word's weight, so the fragments are summed without joining the words again.
+    let held = Expr::cust_with_values(
+        r#"round(sum("lexh"."w") * ($1 + 1) / (1 + $2 * (1 - $3 + $4 * any_value("lexh"."dl") / (SELECT "avgdl" FROM "lexn"))) * 1e9)"#,
+        [BM25_K1, BM25_K1, BM25_B, BM25_B],
+    );
+    let shortlist = Query::select()
+        .column((Alias::new("lexh"), Alias::new("id")))
+        .from(Alias::new("lexh"))
+        .group_by_col((Alias::new("lexh"), Alias::new("id")))
+        .order_by_expr(held, Order::Desc)
+        .order_by((Alias::new("lexh"), Alias::new("id")), Order::Asc)
+        .limit(shortlist_len(fetch))
+        .to_owned();
+    (hits, shortlist)
+}
+
 /// How many fragments the first step keeps for a list of `fetch`.
 fn shortlist_len(fetch: u64) -> u64 {
     let len = Ord::max(fetch.saturating_mul(SHORTLIST_FACTOR), SHORTLIST_MIN);
@@ -310,6 +370,9 @@ pub const SHORTLIST_MIN: u64 = 100;
 /// The fragments the words read through the full-text index may hold together: see
 /// [`lexical_ctes`].
 pub const READ_BUDGET: u64 = 5_000;
+
+/// How many of each word's postings the first step reads, best first (see [`lexical_ctes`]).
+pub const POSTINGS_PER_WORD: u64 = 300;
 
 /// The lexical list on its own: its fragments' ids, best first.
 pub fn lexical_candidates(scope: &Scope<'_>, lexical: &Lexical<'_>) -> WithQuery {

@@ -112,6 +112,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "vector_embedding_backfill",
         sql: include_str!("../../migrations/0019_vector_embedding_backfill.sql"),
     },
+    Migration {
+        version: 20,
+        name: "postings",
+        sql: include_str!("../../migrations/0020_postings.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -211,12 +211,24 @@ async fn lexical_list(
     query: &str,
     fetch: u64,
 ) -> Vec<Uuid> {
+    lexical_list_in(app, pid, classifications, None, query, fetch).await
+}
+
+/// [`lexical_list`] within a metadata filter.
+async fn lexical_list_in(
+    app: &TestApp,
+    pid: &str,
+    classifications: &[String],
+    filter: Option<sea_query::Condition>,
+    query: &str,
+    fetch: u64,
+) -> Vec<Uuid> {
     use sea_query::PostgresQueryBuilder;
     use sea_query_sqlx::SqlxBinder;
     let scope = Scope {
         pipeline_id: Uuid::parse_str(pid).unwrap(),
         classifications,
-        filter: None,
+        filter,
     };
     let lexical = trove_query::hybrid::Lexical {
         config: trove_text::likeliest_text_search_config(query),
@@ -229,6 +241,45 @@ async fn lexical_list(
         .fetch_all(&app.pool)
         .await
         .unwrap()
+}
+
+#[tokio::test]
+async fn the_postings_and_the_full_text_index_give_the_same_lexical_list() {
+    // Without a metadata filter the candidates come from the postings, under one from the
+    // full-text index: where both read every fragment holding a word (a small pipeline), the
+    // lists are the same.
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    let every = sea_query::Cond::all().add(sea_query::Expr::cust("true"));
+    for classifications in [
+        vec!["public".to_owned(), "internal".to_owned()],
+        vec!["public".to_owned()],
+    ] {
+        for (query, fetch) in [
+            ("days of work from home and travel", 10),
+            ("certificate expired broker", 3),
+            ("max_connections pool option", 10),
+            ("the service desk orders laptops", 2),
+        ] {
+            let postings = lexical_list(&app, &pid, &classifications, query, fetch).await;
+            let index = lexical_list_in(
+                &app,
+                &pid,
+                &classifications,
+                Some(every.clone()),
+                query,
+                fetch,
+            )
+            .await;
+            // Every query finds a note among all of them; the broker's is internal.
+            assert_eq!(
+                postings.is_empty(),
+                classifications.len() == 1 && query.contains("broker"),
+                "{query} in {classifications:?}"
+            );
+            assert_eq!(postings, index, "{query} in {classifications:?}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -570,6 +621,35 @@ async fn word_statistics(
     (kept, counted)
 }
 
+/// The pipeline's postings as stored, and as computed from its current fragments with its
+/// reference length: (word, fragment, classification, impact), sorted.
+async fn postings(app: &TestApp, pid: &str) -> (Vec<Posting>, Vec<Posting>) {
+    let pid = Uuid::parse_str(pid).unwrap();
+    let kept = sqlx::query_as(
+        "SELECT word, fragment_id, classification, impact FROM postings WHERE pipeline_id = $1
+         ORDER BY word, fragment_id",
+    )
+    .bind(pid)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let computed = sqlx::query_as(
+        "SELECT u.lexeme, f.id, f.classification,
+                (cardinality(u.positions) * 2.2 / (cardinality(u.positions)
+                 + 1.2 * (0.25 + 0.75 * octet_length(f.content) / m.avgdl)))::real
+         FROM fragments f JOIN posting_norms m USING (pipeline_id) CROSS JOIN LATERAL unnest(f.tsv) u
+         WHERE f.pipeline_id = $1 AND f.expired_at IS NULL AND f.tsv IS NOT NULL
+         ORDER BY u.lexeme, f.id",
+    )
+    .bind(pid)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    (kept, computed)
+}
+
+type Posting = (String, Uuid, String, f32);
+
 #[tokio::test]
 async fn the_word_statistics_follow_every_write_and_fold() {
     let app = hybrid_app("hybrid").await;
@@ -577,6 +657,16 @@ async fn the_word_statistics_follow_every_write_and_fold() {
     let (kept, counted) = word_statistics(&app, &pid).await;
     assert!(counted.len() > 20, "{counted:?}");
     assert_eq!(kept, counted);
+    // The postings, with the first fragments' average length as the reference.
+    let reference: f64 =
+        sqlx::query_scalar("SELECT avgdl FROM posting_norms WHERE pipeline_id = $1::uuid")
+            .bind(&pid)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let (stored, computed) = postings(&app, &pid).await;
+    assert!(stored.len() > counted.len(), "{stored:?}");
+    assert_eq!(stored, computed);
 
     // A new version expires the old one; a deleted document leaves; a pipeline without
     // full-text search counts nothing.
@@ -617,11 +707,23 @@ async fn the_word_statistics_follow_every_write_and_fold() {
         "{counted:?}"
     );
     assert_eq!(kept, counted);
+    let (stored, computed) = postings(&app, &pid).await;
+    assert!(stored.iter().any(|(word, ..)| word == "march"));
+    assert!(!stored.iter().any(|(word, ..)| word == "nightly"));
+    assert_eq!(stored, computed);
+    let unchanged: f64 =
+        sqlx::query_scalar("SELECT avgdl FROM posting_norms WHERE pipeline_id = $1::uuid")
+            .bind(&pid)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(unchanged, reference);
     let plain = app.new_pipeline_id(json!({})).await;
     app.submit_text(&plain, "plain", "Words nobody counts.")
         .await;
     while app.step().await.stored > 0 {}
     assert_eq!(word_statistics(&app, &plain).await, (vec![], vec![]));
+    assert_eq!(postings(&app, &plain).await, (vec![], vec![]));
 
     // Folded: one row per word, the same sums.
     let rows = |pid: String| {
@@ -660,8 +762,16 @@ async fn the_word_statistics_follow_every_write_and_fold() {
             .unwrap()
     );
 
-    // A deleted pipeline takes its statistics with it.
+    // A deleted pipeline takes its statistics and postings with it.
     let reply = app.delete(&format!("/pipelines/{pid}")).await;
     assert!(reply.status.is_success(), "{}", reply.text);
-    assert_eq!(rows(pid).await, 0);
+    assert_eq!(rows(pid.clone()).await, 0);
+    assert_eq!(postings(&app, &pid).await, (vec![], vec![]));
+    let norms = app
+        .count(
+            "SELECT count(*) FROM posting_norms WHERE pipeline_id = $1",
+            &pid,
+        )
+        .await;
+    assert_eq!(norms, 0);
 }
