@@ -45,41 +45,45 @@ CREATE FUNCTION posting_impact(tf integer, dl bigint, avgdl double precision) RE
 -- Adds the postings of the fragments a statement on `fragments` made current (an insert)
 -- and removes those of the fragments it made no longer current (an expiry, a delete), as
 -- `count_fragment_words` counts them. An update that leaves a fragment current with the same
--- full-text vector, classification and length leaves its postings alone. The fragments of a
--- pipeline being deleted are left out: its rows go with it.
+-- full-text vector, classification and length leaves its postings alone: the changes of an
+-- update are the rows, old or new, without a counterpart on the other side, found by sorting
+-- both sides together (a statement expiring thousands of fragments does not compare each with
+-- every other). The fragments of a pipeline being deleted are left out: its rows go with it.
 CREATE FUNCTION post_fragment_words() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    counted constant text := '%1$s.expired_at IS NULL AND %1$s.tsv IS NOT NULL
-        AND %1$s.pipeline_id IS DISTINCT FROM
-            nullif(current_setting(''trove.deleting_pipeline'', true), '''')::uuid';
-    changed constant text := '(o.tsv IS DISTINCT FROM n.tsv OR o.classification <> n.classification
-        OR octet_length(o.content) <> octet_length(n.content))';
-    -- The rows whose postings go (`o`) and come (`n`).
-    gone text := format('SELECT o.* FROM old_rows o WHERE ' || counted, 'o');
-    come text := format('SELECT n.* FROM new_rows n WHERE ' || counted, 'n');
-    postings constant text := 'SELECT f.pipeline_id, u.lexeme AS word,
-            posting_impact(coalesce(cardinality(u.positions), 1), octet_length(f.content),
-                           m.avgdl) AS impact,
-            f.id AS fragment_id, f.classification
-        FROM (%s) f JOIN posting_norms m USING (pipeline_id) CROSS JOIN LATERAL unnest(f.tsv) u';
+    -- The rows of the transition table %3$s (as %1$s) that count, each with its side %2$s:
+    -- 1 for postings to add, -1 for postings to remove.
+    side constant text := 'SELECT %1$s.pipeline_id, %1$s.id, %1$s.tsv, %1$s.classification,
+            octet_length(%1$s.content) AS len, %2$s AS side
+        FROM %3$s %1$s WHERE %1$s.expired_at IS NULL AND %1$s.tsv IS NOT NULL
+            AND %1$s.pipeline_id IS DISTINCT FROM
+                nullif(current_setting(''trove.deleting_pipeline'', true), '''')::uuid';
+    changes constant text := CASE TG_OP
+        WHEN 'INSERT' THEN format(side, 'n', 1, 'new_rows')
+        WHEN 'DELETE' THEN format(side, 'o', -1, 'old_rows')
+        ELSE format('SELECT pipeline_id, id, tsv, classification, len, sum(side) AS side
+            FROM (%s UNION ALL %s) c GROUP BY id, pipeline_id, tsv, classification, len
+            HAVING count(*) = 1', format(side, 'o', -1, 'old_rows'),
+            format(side, 'n', 1, 'new_rows'))
+    END;
+    -- The postings of the changes (%1$s) of side %2$s.
+    postings constant text := 'SELECT c.pipeline_id, u.lexeme AS word,
+            posting_impact(coalesce(cardinality(u.positions), 1), c.len, m.avgdl) AS impact,
+            c.id AS fragment_id, c.classification
+        FROM (%1$s) c JOIN posting_norms m USING (pipeline_id) CROSS JOIN LATERAL unnest(c.tsv) u
+        WHERE c.side = %2$s';
 BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        gone := gone || format(' AND NOT EXISTS (SELECT FROM new_rows n WHERE n.id = o.id AND '
-            || counted || ' AND NOT ' || changed || ')', 'n');
-        come := come || format(' AND NOT EXISTS (SELECT FROM old_rows o WHERE o.id = n.id AND '
-            || counted || ' AND NOT ' || changed || ')', 'o');
-    END IF;
     IF TG_OP <> 'INSERT' THEN
         EXECUTE format('DELETE FROM postings p USING (' || postings || ') g
             WHERE p.pipeline_id = g.pipeline_id AND p.word = g.word AND p.impact = g.impact
-              AND p.fragment_id = g.fragment_id', gone);
+              AND p.fragment_id = g.fragment_id', changes, -1);
     END IF;
     IF TG_OP <> 'DELETE' THEN
         EXECUTE format('INSERT INTO posting_norms (pipeline_id, avgdl)
-            SELECT f.pipeline_id, avg(octet_length(f.content)) FROM (%s) f
-            GROUP BY f.pipeline_id ON CONFLICT (pipeline_id) DO NOTHING', come);
+            SELECT c.pipeline_id, avg(c.len) FROM (%s) c WHERE c.side = 1
+            GROUP BY c.pipeline_id ON CONFLICT (pipeline_id) DO NOTHING', changes);
         EXECUTE format('INSERT INTO postings (pipeline_id, word, impact, fragment_id, classification) '
-            || postings, come);
+            || postings, changes, 1);
     END IF;
     RETURN NULL;
 END
