@@ -195,14 +195,7 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
     let (hits, shortlist) = if scope.filter.is_none() {
         from_postings(scope, lexical.fetch)
     } else {
-        weights.expr_as(
-            Expr::cust_with_values(
-                r#"row_number() OVER (ORDER BY "terms"."fragments", "terms"."lexeme") = 1 OR sum("terms"."fragments") OVER (ORDER BY "terms"."fragments", "terms"."lexeme") <= $1"#,
-                [READ_BUDGET as f64],
-            ),
-            Alias::new("read"),
-        );
-        from_full_text_index(scope, lexical.fetch)
+        from_full_text_index(scope, lexical.fetch, &mut weights)
     };
     // Then the shortlist's word frequencies, one read of each fragment's full-text vector,
     // of which only the query's words are unnested: weighted `A` (the stored vectors hold the
@@ -319,8 +312,19 @@ fn from_postings(scope: &Scope<'_>, fetch: u64) -> (SelectStatement, SelectState
 
 /// The first step through the full-text index, when the scope has a metadata filter (of which
 /// the first postings of a word may hold none): the fragments of the scope holding each word
-/// read, ranked with each word counted once.
-fn from_full_text_index(scope: &Scope<'_>, fetch: u64) -> (SelectStatement, SelectStatement) {
+/// read, ranked with each word counted once. Which words are read is a column of `weights`.
+fn from_full_text_index(
+    scope: &Scope<'_>,
+    fetch: u64,
+    weights: &mut SelectStatement,
+) -> (SelectStatement, SelectStatement) {
+    weights.expr_as(
+        Expr::cust_with_values(
+            r#"row_number() OVER (ORDER BY "terms"."fragments", "terms"."lexeme") = 1 OR sum("terms"."fragments") OVER (ORDER BY "terms"."fragments", "terms"."lexeme") <= $1"#,
+            [READ_BUDGET as f64],
+        ),
+        Alias::new("read"),
+    );
     let mut holding = scoped_select(scope);
     holding
         .clear_selects()
