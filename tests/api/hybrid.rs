@@ -650,6 +650,15 @@ async fn postings(app: &TestApp, pid: &str) -> (Vec<Posting>, Vec<Posting>) {
 
 type Posting = (String, Uuid, String, f32);
 
+/// The pipeline's reference length for its postings' impacts.
+async fn reference_length(app: &TestApp, pid: &str) -> f64 {
+    sqlx::query_scalar("SELECT avgdl FROM posting_norms WHERE pipeline_id = $1::uuid")
+        .bind(pid)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_word_statistics_follow_every_write_and_fold() {
     let app = hybrid_app("hybrid").await;
@@ -658,12 +667,7 @@ async fn the_word_statistics_follow_every_write_and_fold() {
     assert!(counted.len() > 20, "{counted:?}");
     assert_eq!(kept, counted);
     // The postings, with the first fragments' average length as the reference.
-    let reference: f64 =
-        sqlx::query_scalar("SELECT avgdl FROM posting_norms WHERE pipeline_id = $1::uuid")
-            .bind(&pid)
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let reference = reference_length(&app, &pid).await;
     let (stored, computed) = postings(&app, &pid).await;
     assert!(stored.len() > counted.len(), "{stored:?}");
     assert_eq!(stored, computed);
@@ -711,13 +715,7 @@ async fn the_word_statistics_follow_every_write_and_fold() {
     assert!(stored.iter().any(|(word, ..)| word == "march"));
     assert!(!stored.iter().any(|(word, ..)| word == "nightly"));
     assert_eq!(stored, computed);
-    let unchanged: f64 =
-        sqlx::query_scalar("SELECT avgdl FROM posting_norms WHERE pipeline_id = $1::uuid")
-            .bind(&pid)
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    assert_eq!(unchanged, reference);
+    assert_eq!(reference_length(&app, &pid).await, reference);
     let plain = app.new_pipeline_id(json!({})).await;
     app.submit_text(&plain, "plain", "Words nobody counts.")
         .await;
