@@ -17,8 +17,8 @@
 -- A fragment has postings while it is current (`expired_at` null) and has a full-text vector,
 -- as it counts in `word_counts`; triggers on `fragments` add and remove them. The rows carry
 -- the fragment's classification, so that a scope's classifications are matched in the index.
--- No foreign key: checking one for each of the dozens of rows a fragment writes would cost
--- more than writing them; a pipeline's rows go with it through a trigger on `pipelines`.
+-- No foreign key, which would look the pipeline up for each of the dozens of rows a fragment
+-- writes: a pipeline's rows go with it through a trigger on `pipelines`.
 
 CREATE TABLE posting_norms (
     pipeline_id uuid PRIMARY KEY REFERENCES pipelines (id) ON DELETE CASCADE,
