@@ -17,6 +17,9 @@
 -- A fragment has postings while it is current (`expired_at` null) and has a full-text vector,
 -- as it counts in `word_counts`; triggers on `fragments` add and remove them. The rows carry
 -- the fragment's classification, so that a scope's classifications are matched in the index.
+-- A word of more than 1,000 bytes (a long token, up to the 2,046 bytes of a lexeme) has no
+-- postings: with a classification of up to 255 characters it could exceed what a row of the
+-- index may hold, and the fragment could not be stored.
 -- No foreign key, which would look the pipeline up for each of the dozens of rows a fragment
 -- writes: a pipeline's rows go with it through a trigger on `pipelines`.
 
@@ -71,7 +74,7 @@ DECLARE
             posting_impact(coalesce(cardinality(u.positions), 1), c.len, m.avgdl) AS impact,
             c.id AS fragment_id, c.classification
         FROM (%1$s) c JOIN posting_norms m USING (pipeline_id) CROSS JOIN LATERAL unnest(c.tsv) u
-        WHERE c.side = %2$s';
+        WHERE c.side = %2$s AND octet_length(u.lexeme) <= 1000';
 BEGIN
     IF TG_OP <> 'INSERT' THEN
         EXECUTE format('DELETE FROM postings p USING (' || postings || ') g
@@ -121,4 +124,4 @@ SELECT f.pipeline_id, u.lexeme,
 FROM fragments f
 JOIN posting_norms m USING (pipeline_id)
 CROSS JOIN LATERAL unnest(f.tsv) u
-WHERE f.expired_at IS NULL AND f.tsv IS NOT NULL;
+WHERE f.expired_at IS NULL AND f.tsv IS NOT NULL AND octet_length(u.lexeme) <= 1000;

@@ -639,6 +639,7 @@ async fn postings(app: &TestApp, pid: &str) -> (Vec<Posting>, Vec<Posting>) {
                  + 1.2 * (0.25 + 0.75 * octet_length(f.content) / m.avgdl)))::real
          FROM fragments f JOIN posting_norms m USING (pipeline_id) CROSS JOIN LATERAL unnest(f.tsv) u
          WHERE f.pipeline_id = $1 AND f.expired_at IS NULL AND f.tsv IS NOT NULL
+           AND octet_length(u.lexeme) <= 1000
          ORDER BY u.lexeme, f.id",
     )
     .bind(pid)
@@ -657,6 +658,78 @@ async fn reference_length(app: &TestApp, pid: &str) -> f64 {
         .fetch_one(&app.pool)
         .await
         .unwrap()
+}
+
+#[tokio::test]
+async fn a_long_token_under_a_long_classification_is_stored_without_postings() {
+    // A word of 2,040 random letters and digits (a lexeme may have 2,046 bytes) and a
+    // classification of 255 four-byte characters would not fit in a row of the postings'
+    // index: the fragment is stored, the word left out of its postings, the others kept.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20_261_207);
+    let classification: String = (0..255)
+        .map(|_| char::from_u32(rng.random_range(0x2_0000..0x2_A6DF)).unwrap())
+        .collect();
+    let token: String = (0..2040)
+        .map(|_| char::from(rng.sample(rand::distr::Alphanumeric)))
+        .collect();
+    let app = hybrid_app("hybrid").await;
+    // Fragments of up to 4,000 characters, so that the word stays whole.
+    let splitter = app
+        .post(
+            "/text-splitters",
+            &json!({"name": "long", "provider": "recursive-character",
+                    "parameters": {"chunk_size": 4000, "chunk_overlap": 0}}),
+        )
+        .await;
+    assert_eq!(splitter.status, StatusCode::CREATED, "{}", splitter.text);
+    let pid = app
+        .new_pipeline_id(
+            json!({"has_full_text_search": true, "classifications": [classification],
+                                "hierarchy": [], "default_text_splitter_id": splitter.body["id"]}),
+        )
+        .await;
+    let reply = app
+        .submit(
+            &pid,
+            &json!({"external_identifier": "blob", "classification": classification,
+                    "text": format!("The checksum {token} closes the release notes.")}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    while app.step().await.stored > 0 {}
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM documents WHERE pipeline_id = $1::uuid")
+            .bind(&pid)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "success");
+    let held: Vec<String> = sqlx::query_scalar(
+        "SELECT lexeme FROM fragments, unnest(tsv) WHERE pipeline_id = $1::uuid
+         AND octet_length(lexeme) > 1000",
+    )
+    .bind(&pid)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(held, [token.to_lowercase()]);
+    let (stored, computed) = postings(&app, &pid).await;
+    assert!(
+        stored.iter().any(|(word, ..)| word == "checksum"),
+        "{stored:?}"
+    );
+    assert!(stored.iter().all(|(word, ..)| word.len() <= 1000));
+    assert_eq!(stored, computed);
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": "release checksum", "type": "hybrid", "classification": classification,
+               "params": {"k": 1}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.body[0]["full_text_rank"], 1, "{}", reply.text);
 }
 
 #[tokio::test]
