@@ -615,6 +615,9 @@ async fn two_apis_two_workers_survive_a_dead_nats_server_and_a_dead_worker() {
         reached(&done, 7 * n / 10).await;
         workers[0].spawn();
         timeline.insert("worker_restarted", started.elapsed());
+        // Up before its counts are read at the end (under load, the other worker may drain
+        // the queue before this one listens).
+        wait_up(&http, &url, &mut workers[0]).await;
     });
     let submitted = started.elapsed();
     assert_eq!(load.accepted.len(), n);
