@@ -34,8 +34,9 @@
 //! Printed: the corpus and ingestion figures, the table (markdown), the targets (hybrid at
 //! least as good as the better single list on each kind of question, and its hit@5 over all
 //! questions at least 5 points above similarity's; a miss with the 95 % interval of the
-//! difference, by a paired bootstrap over the questions), the questions where hybrid ranks the
-//! page lower than a single list does, and the command.
+//! difference, by a paired bootstrap over the questions), how many hybrid answers order pages
+//! of equal fused scores by fragment id (ids are new with each ingestion), the questions where
+//! hybrid ranks the page lower than a single list does, and the command.
 //!
 //! Run: `TROVE_MODELS_DIR=.data/models TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo
 //! bench --bench quality`. Options: `--keep` (keep the database and print its name),
@@ -687,7 +688,7 @@ async fn search(
     path: &str,
     search: Search,
     question: &str,
-) -> (Duration, Vec<String>) {
+) -> (Duration, Vec<String>, bool) {
     let request = http
         .request(reqwest::Method::POST, path)
         .json(&search.body(question))
@@ -706,17 +707,31 @@ async fn search(
         ));
     }
     let hits: Vec<Value> = serde_json::from_slice(&bytes).expect("search json");
+    let page = |hit: &Value| {
+        hit["metadata"]["page"]
+            .as_str()
+            .expect("metadata.page")
+            .to_owned()
+    };
     let mut pages: Vec<String> = Vec::new();
     for hit in &hits {
         if search == Search::Lexical && hit["full_text_rank"].is_null() {
             continue;
         }
-        let page = hit["metadata"]["page"].as_str().expect("metadata.page");
-        if !pages.iter().any(|p| p == page) {
-            pages.push(page.to_owned());
+        let page = page(hit);
+        if !pages.contains(&page) {
+            pages.push(page);
         }
     }
-    (elapsed, pages)
+    // Two neighbours among the first 10 with the same score from different pages: their order
+    // (by fragment id, new with each ingestion) decides the pages' ranks.
+    let tied = hits
+        .iter()
+        .take(10)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|w| w[0]["score"].as_f64() == w[1]["score"].as_f64() && page(w[0]) != page(w[1]));
+    (elapsed, pages, tied)
 }
 
 /// What one search kind found for every question.
@@ -726,6 +741,8 @@ struct Measured {
     ranks: Vec<Option<usize>>,
     /// Pages in each answer.
     found: Vec<usize>,
+    /// Whether each answer's first 10 fragments hold equal scores of different pages.
+    tied: Vec<bool>,
     times: Vec<Duration>,
 }
 
@@ -747,6 +764,7 @@ async fn measure(
             search,
             ranks: Vec::with_capacity(questions.len()),
             found: Vec::with_capacity(questions.len()),
+            tied: Vec::with_capacity(questions.len()),
             times: Vec::with_capacity(questions.len()),
         })
         .collect();
@@ -754,10 +772,11 @@ async fn measure(
         // The kinds in turn, starting from another one at each question.
         for step in 0..searches.len() {
             let m = &mut measured[(i + step) % searches.len()];
-            let (elapsed, pages) = search(http, &path, m.search, &q.question).await;
+            let (elapsed, pages, tied) = search(http, &path, m.search, &q.question).await;
             m.ranks
                 .push(pages.iter().position(|p| *p == q.page).map(|r| r + 1));
             m.found.push(pages.len());
+            m.tied.push(tied);
             m.times.push(elapsed);
         }
     }
@@ -963,6 +982,19 @@ fn print_diagnostics(measured: &[Measured], questions: &[Question], details: boo
         }
         println!("full-text answers with no fragment, {class}: {empty} of {n}");
     }
+    let tied: Vec<String> = measured
+        .iter()
+        .filter(|m| matches!(m.search, Search::Hybrid(_)))
+        .map(|m| {
+            let n = m.tied.iter().filter(|t| **t).count();
+            format!("{} {n}", m.search.name())
+        })
+        .collect();
+    println!(
+        "answers of {} questions whose first 10 fragments hold equal scores of different pages (ordered by fragment id): {}",
+        questions.len(),
+        tied.join(", ")
+    );
     let header: Vec<String> = measured.iter().map(|m| m.search.name()).collect();
     let hybrids: Vec<&Measured> = measured
         .iter()
