@@ -35,8 +35,9 @@
 //! least as good as the better single list on each kind of question, and its hit@5 over all
 //! questions at least 5 points above similarity's; a miss with the 95 % interval of the
 //! difference, by a paired bootstrap over the questions), how many hybrid answers order pages
-//! of equal fused scores by fragment id (ids are new with each ingestion), the questions where
-//! hybrid ranks the page lower than a single list does, and the command.
+//! of equal fused scores by fragment id (ids are new with each ingestion; the table also gives
+//! each hybrid search's measures averaged over random orders of its answers' ties), the
+//! questions where hybrid ranks the page lower than a single list does, and the command.
 //!
 //! Run: `TROVE_MODELS_DIR=.data/models TROVE_TEST_DATABASE_URL=… TROVE_TEST_NATS_URL=… cargo
 //! bench --bench quality`. Options: `--keep` (keep the database and print its name),
@@ -61,6 +62,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -681,14 +683,9 @@ impl Search {
     }
 }
 
-/// One search: its time (send to last byte) and the pages of its fragments, in result order,
-/// each once.
-async fn search(
-    http: &Http,
-    path: &str,
-    search: Search,
-    question: &str,
-) -> (Duration, Vec<String>, bool) {
+/// One search: its time (send to last byte) and its fragments in result order (for the
+/// lexical list alone, those it found).
+async fn search(http: &Http, path: &str, search: Search, question: &str) -> (Duration, Vec<Hit>) {
     let request = http
         .request(reqwest::Method::POST, path)
         .json(&search.body(question))
@@ -707,31 +704,44 @@ async fn search(
         ));
     }
     let hits: Vec<Value> = serde_json::from_slice(&bytes).expect("search json");
-    let page = |hit: &Value| {
-        hit["metadata"]["page"]
-            .as_str()
-            .expect("metadata.page")
-            .to_owned()
-    };
-    let mut pages: Vec<String> = Vec::new();
-    for hit in &hits {
-        if search == Search::Lexical && hit["full_text_rank"].is_null() {
-            continue;
-        }
-        let page = page(hit);
-        if !pages.contains(&page) {
-            pages.push(page);
+    let hits = hits
+        .iter()
+        .filter(|hit| search != Search::Lexical || !hit["full_text_rank"].is_null())
+        .map(|hit| Hit {
+            page: hit["metadata"]["page"]
+                .as_str()
+                .expect("metadata.page")
+                .to_owned(),
+            score: hit["score"].as_f64().expect("score"),
+        })
+        .collect();
+    (elapsed, hits)
+}
+
+/// A fragment of an answer: its page and score.
+struct Hit {
+    page: String,
+    score: f64,
+}
+
+/// The pages of an answer's fragments, each at its first fragment.
+fn pages_of<'a>(hits: impl IntoIterator<Item = &'a Hit>) -> Vec<&'a str> {
+    let mut pages: Vec<&str> = Vec::new();
+    for hit in hits {
+        if !pages.contains(&hit.page.as_str()) {
+            pages.push(&hit.page);
         }
     }
-    // Two neighbours among the first 10 with the same score from different pages: their order
-    // (by fragment id, new with each ingestion) decides the pages' ranks.
-    let tied = hits
-        .iter()
-        .take(10)
-        .collect::<Vec<_>>()
+    pages
+}
+
+/// Whether two neighbours among an answer's first 10 fragments have the same score and
+/// different pages: their order (by fragment id, new with each ingestion) decides the pages'
+/// ranks.
+fn tied(hits: &[Hit]) -> bool {
+    hits[..hits.len().min(10)]
         .windows(2)
-        .any(|w| w[0]["score"].as_f64() == w[1]["score"].as_f64() && page(w[0]) != page(w[1]));
-    (elapsed, pages, tied)
+        .any(|w| w[0].score == w[1].score && w[0].page != w[1].page)
 }
 
 /// What one search kind found for every question.
@@ -739,10 +749,8 @@ struct Measured {
     search: Search,
     /// The labelled page's rank among the pages of each question's answer (from 1).
     ranks: Vec<Option<usize>>,
-    /// Pages in each answer.
-    found: Vec<usize>,
-    /// Whether each answer's first 10 fragments hold equal scores of different pages.
-    tied: Vec<bool>,
+    /// Each answer's fragments.
+    hits: Vec<Vec<Hit>>,
     times: Vec<Duration>,
 }
 
@@ -763,8 +771,7 @@ async fn measure(
         .map(|&search| Measured {
             search,
             ranks: Vec::with_capacity(questions.len()),
-            found: Vec::with_capacity(questions.len()),
-            tied: Vec::with_capacity(questions.len()),
+            hits: Vec::with_capacity(questions.len()),
             times: Vec::with_capacity(questions.len()),
         })
         .collect();
@@ -772,11 +779,11 @@ async fn measure(
         // The kinds in turn, starting from another one at each question.
         for step in 0..searches.len() {
             let m = &mut measured[(i + step) % searches.len()];
-            let (elapsed, pages, tied) = search(http, &path, m.search, &q.question).await;
+            let (elapsed, hits) = search(http, &path, m.search, &q.question).await;
+            let pages = pages_of(&hits);
             m.ranks
                 .push(pages.iter().position(|p| *p == q.page).map(|r| r + 1));
-            m.found.push(pages.len());
-            m.tied.push(tied);
+            m.hits.push(hits);
             m.times.push(elapsed);
         }
     }
@@ -804,19 +811,25 @@ fn question_scores(rank: Option<usize>) -> Scores {
     }
 }
 
-fn scores(ranks: &[Option<usize>]) -> Scores {
-    let n = ranks.len().max(1) as f64;
-    let mut s = Scores::default();
-    for q in ranks.iter().map(|r| question_scores(*r)) {
-        s.hit5 += q.hit5;
-        s.mrr10 += q.mrr10;
-        s.ndcg10 += q.ndcg10;
+/// The mean of each measure (0 for none).
+fn mean(scores: impl IntoIterator<Item = Scores>) -> Scores {
+    let (mut sum, mut n) = (Scores::default(), 0_usize);
+    for s in scores {
+        sum.hit5 += s.hit5;
+        sum.mrr10 += s.mrr10;
+        sum.ndcg10 += s.ndcg10;
+        n += 1;
     }
+    let n = n.max(1) as f64;
     Scores {
-        hit5: s.hit5 / n,
-        mrr10: s.mrr10 / n,
-        ndcg10: s.ndcg10 / n,
+        hit5: sum.hit5 / n,
+        mrr10: sum.mrr10 / n,
+        ndcg10: sum.ndcg10 / n,
     }
+}
+
+fn scores(ranks: &[Option<usize>]) -> Scores {
+    mean(ranks.iter().map(|r| question_scores(*r)))
 }
 
 /// Resamples of the questions drawn for [`difference_interval`].
@@ -863,9 +876,13 @@ const MEASURES: [(&str, Measure); 3] = [
 ];
 
 fn class_scores(m: &Measured, questions: &[Question]) -> [Scores; 3] {
+    class_scores_of(&m.ranks, questions)
+}
+
+/// The scores of each class, from each question's rank of its page.
+fn class_scores_of(ranks: &[Option<usize>], questions: &[Question]) -> [Scores; 3] {
     CLASSES.map(|(_, kind)| {
-        let ranks: Vec<Option<usize>> = m
-            .ranks
+        let ranks: Vec<Option<usize>> = ranks
             .iter()
             .zip(questions)
             .filter(|(_, q)| kind.is_none_or(|k| q.kind == k))
@@ -873,6 +890,36 @@ fn class_scores(m: &Measured, questions: &[Question]) -> [Scores; 3] {
             .collect();
         scores(&ranks)
     })
+}
+
+/// Orders of the tied fragments drawn for [`tie_averaged_scores`].
+const TIE_ORDERS: usize = 200;
+
+/// A search's scores with each run of fragments of equal scores in a random order, the mean
+/// over [`TIE_ORDERS`] orders (seeded): what a hybrid search gives on average over
+/// ingestions, whose new fragment ids order its ties.
+fn tie_averaged_scores(m: &Measured, questions: &[Question]) -> [Scores; 3] {
+    let mut rng = SmallRng::seed_from_u64(0x71e5);
+    let mut orders = Vec::with_capacity(TIE_ORDERS);
+    for _ in 0..TIE_ORDERS {
+        let ranks: Vec<Option<usize>> = m
+            .hits
+            .iter()
+            .zip(questions)
+            .map(|(hits, q)| {
+                let mut order: Vec<&Hit> = hits.iter().collect();
+                for run in order.chunk_by_mut(|a, b| a.score == b.score) {
+                    run.shuffle(&mut rng);
+                }
+                pages_of(order)
+                    .iter()
+                    .position(|p| *p == q.page)
+                    .map(|r| r + 1)
+            })
+            .collect();
+        orders.push(class_scores_of(&ranks, questions));
+    }
+    [0, 1, 2].map(|c| mean(orders.iter().map(|o| o[c])))
 }
 
 fn rank_text(rank: Option<usize>) -> String {
@@ -898,6 +945,18 @@ fn print_table(measured: &[Measured], questions: &[Question]) {
         }
         let _ = write!(row, " {:.1} |", pct(&m.times, 50.0));
         println!("{row}");
+    }
+    for m in measured {
+        if let Search::Hybrid(_) = m.search {
+            let mut row = format!(
+                "| {}, equal scores in random order (mean of {TIE_ORDERS} orders) |",
+                m.search.name()
+            );
+            for s in tie_averaged_scores(m, questions) {
+                let _ = write!(row, " {:.2} | {:.3} | {:.3} |", s.hit5, s.mrr10, s.ndcg10);
+            }
+            println!("{row} – |");
+        }
     }
 }
 
@@ -974,10 +1033,10 @@ fn print_diagnostics(measured: &[Measured], questions: &[Question], details: boo
     };
     for (class, kind) in CLASSES {
         let (mut empty, mut n) = (0, 0);
-        for (q, found) in questions.iter().zip(&full_text.found) {
+        for (q, hits) in questions.iter().zip(&full_text.hits) {
             if kind.is_none_or(|k| q.kind == k) {
                 n += 1;
-                empty += usize::from(*found == 0);
+                empty += usize::from(hits.is_empty());
             }
         }
         println!("full-text answers with no fragment, {class}: {empty} of {n}");
@@ -986,7 +1045,7 @@ fn print_diagnostics(measured: &[Measured], questions: &[Question], details: boo
         .iter()
         .filter(|m| matches!(m.search, Search::Hybrid(_)))
         .map(|m| {
-            let n = m.tied.iter().filter(|t| **t).count();
+            let n = m.hits.iter().filter(|h| tied(h)).count();
             format!("{} {n}", m.search.name())
         })
         .collect();
