@@ -1041,7 +1041,7 @@ fn print_diagnostics(measured: &[Measured], questions: &[Question], details: boo
         }
         println!("full-text answers with no fragment, {class}: {empty} of {n}");
     }
-    let tied: Vec<String> = measured
+    let tie_counts: Vec<String> = measured
         .iter()
         .filter(|m| matches!(m.search, Search::Hybrid(_)))
         .map(|m| {
@@ -1052,7 +1052,7 @@ fn print_diagnostics(measured: &[Measured], questions: &[Question], details: boo
     println!(
         "answers of {} questions whose first 10 fragments hold equal scores of different pages (ordered by fragment id): {}",
         questions.len(),
-        tied.join(", ")
+        tie_counts.join(", ")
     );
     let header: Vec<String> = measured.iter().map(|m| m.search.name()).collect();
     let hybrids: Vec<&Measured> = measured
