@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use serde_json::{Map, Value, json};
 use trove_query::classification::ClassificationRequest;
 use trove_query::filter::Filter;
-use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListRequest, ListSpec};
+use trove_query::list::{FieldSpec, ListRequest, ListSpec};
 use uuid::Uuid;
 
 use super::contexts::{self, Exchange};
@@ -40,14 +40,7 @@ pub const AGENT_LIST: ListSpec = ListSpec {
     fields: &[
         FieldSpec::ID,
         FieldSpec::NAME,
-        FieldSpec {
-            name: "description",
-            column: "description",
-            kind: FieldKind::Text,
-            nullable: true,
-            filters: FilterOps::EQ_CONTAINS,
-            sortable: false,
-        },
+        FieldSpec::DESCRIPTION,
         FieldSpec::CREATED_AT,
         FieldSpec::UPDATED_AT,
     ],

@@ -9,62 +9,19 @@ use trove_query::list::{FieldKind, FieldSpec, FilterOps, ListSpec};
 
 /// The API-key list (addendum §4).
 pub const API_KEY_FIELDS: &[FieldSpec] = &[
-    FieldSpec {
-        name: "id",
-        column: "id",
-        kind: FieldKind::Uuid,
-        nullable: false,
-        filters: FilterOps::EQ,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "name",
-        column: "name",
-        kind: FieldKind::Text,
-        nullable: false,
-        filters: FilterOps::TEXT_ALL,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "description",
-        column: "description",
-        kind: FieldKind::Text,
-        nullable: true,
-        filters: FilterOps::EQ_CONTAINS,
-        sortable: false,
-    },
-    FieldSpec {
-        name: "active",
-        column: "active",
-        kind: FieldKind::Bool,
-        nullable: false,
-        filters: FilterOps::EQ,
-        sortable: false,
-    },
-    FieldSpec {
-        name: "expiration",
-        column: "expiration",
-        kind: FieldKind::Timestamp,
-        nullable: true,
-        filters: FilterOps::EQ_COMPARE,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "created_at",
-        column: "created_at",
-        kind: FieldKind::Timestamp,
-        nullable: false,
-        filters: FilterOps::EQ_COMPARE,
-        sortable: true,
-    },
-    FieldSpec {
-        name: "updated_at",
-        column: "updated_at",
-        kind: FieldKind::Timestamp,
-        nullable: false,
-        filters: FilterOps::EQ_COMPARE,
-        sortable: true,
-    },
+    FieldSpec::ID,
+    FieldSpec::NAME,
+    FieldSpec::DESCRIPTION,
+    FieldSpec::new("active", FieldKind::Bool, false, FilterOps::EQ, false),
+    FieldSpec::new(
+        "expiration",
+        FieldKind::Timestamp,
+        true,
+        FilterOps::EQ_COMPARE,
+        true,
+    ),
+    FieldSpec::CREATED_AT,
+    FieldSpec::UPDATED_AT,
 ];
 
 pub const API_KEYS: ListSpec = ListSpec {
@@ -84,14 +41,13 @@ pub const API_KEYS_ECHO: ListSpec = ListSpec {
 pub const FRAGMENTS: ListSpec = ListSpec {
     table: "fragments",
     fields: &[
-        FieldSpec {
-            name: "order_id",
-            column: "order_id",
-            kind: FieldKind::Integer,
-            nullable: false,
-            filters: FilterOps::EQ_COMPARE,
-            sortable: true,
-        },
+        FieldSpec::new(
+            "order_id",
+            FieldKind::Integer,
+            false,
+            FilterOps::EQ_COMPARE,
+            true,
+        ),
         FieldSpec {
             name: "id",
             column: "fragment_id",
