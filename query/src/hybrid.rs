@@ -40,6 +40,26 @@ pub struct Lexical<'a> {
     pub fetch: u64,
 }
 
+/// The most of a query the lexical list reads, in bytes: a longer query is cut after its last
+/// whole word within them. A text search vector holds at most 1 MB, so Postgres refuses to
+/// parse the words of a query of about a megabyte at once.
+pub const LEXICAL_QUERY_BYTES: usize = 100_000;
+
+/// What the lexical list reads of `query`: all of it within [`LEXICAL_QUERY_BYTES`], else its
+/// words up to the last space within them (their first bytes when there is none).
+pub fn lexical_text(query: &str) -> &str {
+    if query.len() <= LEXICAL_QUERY_BYTES {
+        return query;
+    }
+    let end = query.floor_char_boundary(LEXICAL_QUERY_BYTES);
+    let (head, rest) = query.split_at(end);
+    if rest.starts_with(char::is_whitespace) {
+        return head;
+    }
+    head.rfind(char::is_whitespace)
+        .map_or(head, |space| &head[..space])
+}
+
 /// How the two lists are fused: score = Σ weight / (`rrf_k` + rank) over the lists a fragment
 /// is in.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,6 +127,7 @@ pub const BM25_B: f64 = 0.75;
 /// fragments found through the rarer ones, in the second step. A fragment holding none of the
 /// words read is not in the list.
 pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTableExpression> {
+    let text = lexical_text(lexical.query);
     let unnest = |vector: Expr| Func::cust("unnest").arg(vector);
     let mut words = Query::select();
     words
@@ -114,7 +135,7 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
         .from_function(
             unnest(Expr::cust_with_values(
                 "to_tsvector($1::regconfig, $2)",
-                [lexical.config, lexical.query],
+                [lexical.config, text],
             )),
             Alias::new("stemmed"),
         )
@@ -123,10 +144,7 @@ pub fn lexical_ctes(scope: &Scope<'_>, lexical: &Lexical<'_>) -> Vec<CommonTable
             Query::select()
                 .column(Alias::new("lexeme"))
                 .from_function(
-                    unnest(Expr::cust_with_values(
-                        "to_tsvector('simple', $1)",
-                        [lexical.query],
-                    )),
+                    unnest(Expr::cust_with_values("to_tsvector('simple', $1)", [text])),
                     Alias::new("written"),
                 )
                 .and_where(Expr::cust_with_values(
@@ -483,4 +501,41 @@ pub fn hybrid(scope: &Scope<'_>, hybrid: &Hybrid<'_>) -> (String, Values) {
         .cte(cte("fused", fuse))
         .to_owned();
     select.with(with).build(PostgresQueryBuilder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LEXICAL_QUERY_BYTES, lexical_text};
+
+    #[test]
+    fn a_query_within_the_limit_is_read_whole() {
+        assert_eq!(lexical_text("purring cats"), "purring cats");
+        let full = "a".repeat(LEXICAL_QUERY_BYTES);
+        assert_eq!(lexical_text(&full), full);
+    }
+
+    #[test]
+    fn a_longer_query_is_cut_after_its_last_whole_word() {
+        // Words of 7 bytes and a space: the limit falls inside a word, which is left out.
+        let query = "abcdefg ".repeat(LEXICAL_QUERY_BYTES / 8 + 10);
+        let read = lexical_text(&query);
+        assert!(read.len() <= LEXICAL_QUERY_BYTES);
+        assert!(read.ends_with("abcdefg"), "{:?}", &read[read.len() - 10..]);
+        assert_eq!(read.len(), LEXICAL_QUERY_BYTES - 1);
+
+        // The limit right after a word: that word is kept.
+        let mut query = "b".repeat(LEXICAL_QUERY_BYTES - 4);
+        query.push_str(" xyz tail");
+        assert_eq!(lexical_text(&query).len(), LEXICAL_QUERY_BYTES);
+        assert!(lexical_text(&query).ends_with(" xyz"));
+    }
+
+    #[test]
+    fn a_long_query_without_spaces_is_cut_at_a_character_boundary() {
+        // 'é' is two bytes: the limit falls inside one of them when preceded by one byte.
+        let query = format!("x{}", "é".repeat(LEXICAL_QUERY_BYTES));
+        let read = lexical_text(&query);
+        assert_eq!(read.len(), LEXICAL_QUERY_BYTES - 1);
+        assert!(query.starts_with(read));
+    }
 }

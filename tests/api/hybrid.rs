@@ -202,6 +202,35 @@ async fn a_hybrid_search_fuses_both_lists_by_reciprocal_rank() {
     assert!(!names(&reply.body).contains(&"certs".to_owned()));
 }
 
+#[tokio::test]
+async fn the_lexical_list_reads_the_first_100_000_bytes_of_a_longer_query() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    // 110,000 distinct words after two of a note: their text search vector would exceed the
+    // megabyte Postgres allows, so the lexical list reads the query's first 100,000 bytes.
+    let mut query = "certificate E4711".to_owned();
+    for i in 0..110_000 {
+        query.push_str(&format!(" w{i:06}"));
+    }
+    assert!(query.len() > 850_000);
+    let reply = search(
+        &app,
+        &pid,
+        json!({"query": query, "type": "hybrid", "classification": "internal", "params": {"k": 3}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let results = reply.body.as_array().unwrap();
+    assert_eq!(results.len(), 3, "{}", reply.text);
+    assert!(
+        results
+            .iter()
+            .any(|f| f["metadata"]["team"] == "certs" && f["full_text_rank"] == 1),
+        "{}",
+        reply.text
+    );
+}
+
 /// The lexical list of a scope as the hybrid statement builds it, run on its own: ids best
 /// first.
 async fn lexical_list(
