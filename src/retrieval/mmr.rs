@@ -74,8 +74,9 @@ pub fn select(
     similarity: Similarity,
 ) -> Vec<usize> {
     let k = k.min(candidates.len());
-    if k == 0 {
-        return Vec::new();
+    if k == candidates.len() {
+        // Every candidate is picked, whatever the order of the picks.
+        return (0..k).collect();
     }
     let lambda = lambda as f32;
     let query_norm = norm(query);
@@ -131,6 +132,18 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_candidate_is_picked_when_k_covers_them() {
+        let q = [1.0, 0.0];
+        let c: Vec<&[f32]> = vec![&[1.0, 0.0], &[0.99, 0.1], &[0.0, 1.0]];
+        assert_eq!(select(&q, &c, 3, 0.0, Similarity::Cosine), vec![0, 1, 2]);
+        assert_eq!(
+            select(&q, &c, 10, 0.5, Similarity::Euclidean),
+            vec![0, 1, 2]
+        );
+        assert!(select(&q, &[], 10, 0.5, Similarity::Dot).is_empty());
+    }
 
     #[test]
     fn lambda_one_is_relevance_only() {

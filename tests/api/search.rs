@@ -197,6 +197,30 @@ async fn mmr_returns_diverse_results_in_distance_order() {
 }
 
 #[tokio::test]
+async fn a_selection_among_many_candidates_keeps_distance_order() {
+    let (app, pid) = searchable_app().await;
+    let notes = (0..150)
+        .map(|i| {
+            let name = format!("note-{i}");
+            let text = format!("Note {i}: the cats of house {} purr at {} o'clock.", i % 13, i % 24);
+            json!({"external_identifier": name, "classification": "public", "text": text, "metadata": {"year": 2000 + i, "name": name}})
+        })
+        .collect();
+    app.submit_batch(&pid, notes).await;
+    while app.step().await.stored > 0 {}
+    // 120 picks among 150 candidates, each compared with those left: made on the blocking pool.
+    let reply = search(&app, &pid, json!({"query": "cats purring at noon", "type": "mmr", "classification": "public", "params": {"k": 120, "fetch_k": 150}})).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let hits = reply.body.as_array().unwrap();
+    assert_eq!(hits.len(), 120);
+    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] <= w[1]), "{scores:?}");
+    let ids: std::collections::HashSet<&str> =
+        hits.iter().map(|h| h["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 120);
+}
+
+#[tokio::test]
 async fn full_text_requires_every_word() {
     let (app, pid) = searchable_app().await;
     let reply = search(
