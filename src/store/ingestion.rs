@@ -462,7 +462,8 @@ async fn lock_pending_versions(
 }
 
 /// Inserts the stored versions' fragments in one statement, with their full-text vectors
-/// built by the database from the plain text (which is not kept).
+/// built by the database from the plain text (which is not kept; `fragment_tsvector`, of
+/// migration 21, bounds a vector to what Postgres can hold).
 async fn insert_fragments(
     tx: &mut sqlx::PgConnection,
     pipeline_id: Uuid,
@@ -475,9 +476,7 @@ async fn insert_fragments(
         "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification, metadata,
                                 content, expired_at, tsv)
          SELECT u.id, $1, u.document_id, u.version, u.order_id, u.classification, u.metadata, u.content,
-                u.expired_at,
-                CASE WHEN u.txt IS NULL THEN NULL
-                     ELSE to_tsvector(u.cfg::regconfig, u.txt) || to_tsvector('simple', u.txt) END
+                u.expired_at, fragment_tsvector(u.cfg::regconfig, u.txt)
          FROM unnest($2::uuid[], $3::uuid[], $4::bigint[], $5::int[], $6::text[], $7::jsonb[], $8::bytea[],
                      $9::timestamptz[], $10::text[], $11::text[])
               AS u (id, document_id, version, order_id, classification, metadata, content, expired_at, txt, cfg)",

@@ -117,6 +117,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "postings",
         sql: include_str!("../../migrations/0020_postings.sql"),
     },
+    Migration {
+        version: 21,
+        name: "fragment_tsvector",
+        sql: include_str!("../../migrations/0021_fragment_tsvector.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -357,3 +357,51 @@ async fn a_groups_rows_are_written_in_the_order_of_the_indexed_string_fields_the
         assert_eq!(rows, sorted, "{table}");
     }
 }
+
+#[tokio::test]
+async fn a_fragment_whose_words_exceed_a_full_text_vector_keeps_those_of_its_beginning() {
+    let app = spawn_app_without_worker().await;
+    let splitter = app
+        .post(
+            "/text-splitters",
+            &json!({"name": "whole", "provider": "recursive-character",
+                    "parameters": {"chunk_size": 2_000_000, "chunk_overlap": 0}}),
+        )
+        .await;
+    assert_eq!(splitter.status, StatusCode::CREATED, "{}", splitter.text);
+    let pipeline = app
+        .new_pipeline(
+            json!({"has_full_text_search": true, "default_text_splitter_id": splitter.body["id"]}),
+        )
+        .await;
+    let pid = pipeline["id"].as_str().unwrap();
+    // One fragment of 120,000 distinct words: their vector would take about 2 MB.
+    let mut text = "Zanzibar".to_owned();
+    for i in 0..120_000 {
+        text.push_str(&format!(" w{i:06}"));
+    }
+    text.push_str(" Kilimanjaro");
+    let reply = app
+        .post(
+            &format!("/pipelines/{pid}/documents"),
+            &json!({"external_identifier": "ids", "classification": "public", "metadata": {"year": 2024}, "text": text}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    store_all(&app, 1).await;
+    let found = |query: &'static str| {
+        let app = &app;
+        async move {
+            let reply = app
+                .post(
+                    &format!("/pipelines/{pid}/search"),
+                    &json!({"query": query, "type": "search", "classification": "public"}),
+                )
+                .await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            reply.body.as_array().unwrap().len()
+        }
+    };
+    assert_eq!(found("Zanzibar").await, 1);
+    assert_eq!(found("Kilimanjaro").await, 0);
+}
