@@ -337,7 +337,10 @@ impl Worker {
             .messages()
             .await
             .map_err(QueueError::new)?;
-        let mut groups: BTreeMap<Uuid, Vec<Delivery>> = BTreeMap::new();
+        // A pipeline's jobs delivered for the first time form one group; a job delivered again
+        // (its group failed) forms one of its own, so that a document that cannot be stored
+        // fails alone instead of taking the others of its group with it at every delivery.
+        let mut groups: BTreeMap<(Uuid, Option<usize>), Vec<Delivery>> = BTreeMap::new();
         let mut backfills: Vec<Delivery<BackfillJob>> = Vec::new();
         let mut outcome = StepOutcome::default();
         let batch = InFlight::default();
@@ -357,15 +360,16 @@ impl Worker {
                         in_progress =
                             Some(batch.keep_in_progress(progress_interval(self.ack_wait)));
                     }
+                    let redelivered = message.info().is_ok_and(|info| info.delivered > 1);
                     let slot = batch.hold(message).await;
                     let batch = batch.clone();
                     match job {
                         super::queue::Message::Document(job) => {
-                            groups.entry(job.pipeline_id).or_default().push(Delivery {
-                                job,
-                                slot,
-                                batch,
-                            });
+                            let alone = redelivered.then_some(slot);
+                            groups
+                                .entry((job.pipeline_id, alone))
+                                .or_default()
+                                .push(Delivery { job, slot, batch });
                         }
                         super::queue::Message::Backfill(job) => {
                             backfills.push(Delivery { job, slot, batch });
@@ -379,7 +383,7 @@ impl Worker {
                 }
             }
         }
-        for (pipeline_id, deliveries) in groups {
+        for ((pipeline_id, _), deliveries) in groups {
             let group = self.process_group(pipeline_id, deliveries).await;
             outcome.stored += group.stored;
             outcome.skipped += group.skipped;

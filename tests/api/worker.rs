@@ -474,6 +474,81 @@ async fn a_failure_on_one_document_returns_only_its_job() {
     assert_one_fragment_set(&app, &good).await;
 }
 
+/// A fake OpenAI-compatible embeddings server that refuses any request holding a text with the
+/// word `poison` (as a model refuses an input longer than it reads) and answers the others.
+#[poem::handler]
+async fn picky_embeddings(body: poem::web::Json<Value>) -> poem::Response {
+    use poem::IntoResponse as _;
+    let inputs = body["input"].as_array().cloned().unwrap_or_default();
+    if inputs
+        .iter()
+        .any(|text| text.as_str().is_some_and(|t| t.contains("poison")))
+    {
+        return poem::Response::builder()
+            .status(poem::http::StatusCode::BAD_REQUEST)
+            .body(r#"{"error": {"message": "This input is refused."}}"#);
+    }
+    let data: Vec<Value> = (0..inputs.len())
+        .map(|index| {
+            let vector: Vec<f32> = (0..384).map(|i| ((index + i) % 7) as f32 + 1.0).collect();
+            json!({"object": "embedding", "index": index, "embedding": vector})
+        })
+        .collect();
+    poem::web::Json(json!({"object": "list", "data": data, "model": body["model"]})).into_response()
+}
+
+#[tokio::test]
+async fn a_document_that_cannot_be_stored_fails_alone_from_its_second_delivery() {
+    let app = spawn_app_with(AppOptions {
+        no_worker: true,
+        redelivery_delay: Some(Duration::from_secs(1)),
+        ..AppOptions::default()
+    })
+    .await;
+    let address = crate::helpers::serve_on_loopback(
+        poem::Route::new().at("/v1/embeddings", poem::post(picky_embeddings)),
+    );
+    let model = app.create_hash_model("picky", 384).await;
+    let model_id = uuid_of(&model, "id");
+    let pid = app
+        .new_pipeline_id(json!({"embedding_model_id": model_id}))
+        .await;
+    sqlx::query(
+        "UPDATE embedding_models SET provider = 'openai', parameters = $2, secret_parameters = NULL
+         WHERE id = $1",
+    )
+    .bind(model_id)
+    .bind(json!({"base_url": format!("http://{address}/v1"), "api_key": "sk-test"}))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let first = app.submit_text(&pid, "first", &long_text("calm")).await;
+    let poison = app.submit_text(&pid, "poison", &long_text("poison")).await;
+    let last = app.submit_text(&pid, "last", &long_text("breeze")).await;
+
+    // One group: the model refuses its request, and every job of the group returns.
+    let worker = app.worker().await;
+    let outcome = step(&worker).await;
+    assert_eq!((outcome.jobs, outcome.failed), (3, 3), "{outcome:?}");
+    // Delivered again, each job is a group of its own: the others are stored.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let outcome = step(&worker).await;
+    assert_eq!(
+        outcome,
+        StepOutcome {
+            jobs: 3,
+            stored: 2,
+            skipped: 0,
+            failed: 1
+        }
+    );
+    assert_eq!(status_of(&app, &first).await, "success");
+    assert_eq!(status_of(&app, &last).await, "success");
+    assert_eq!(status_of(&app, &poison).await, "pending");
+    assert_one_fragment_set(&app, &first).await;
+    assert_one_fragment_set(&app, &last).await;
+}
+
 #[tokio::test]
 async fn a_job_fetched_by_a_worker_that_dies_is_delivered_again_after_the_ack_wait() {
     let app = spawn_app_with(AppOptions {
