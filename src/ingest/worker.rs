@@ -36,7 +36,9 @@ use crate::crypto::at_rest::Cipher;
 use crate::license::License;
 use crate::metadata_schema;
 use crate::metrics::WorkerMetrics;
-use crate::providers::embedding::{EmbedderCache, ModelSpec, ProviderKind, model_spec};
+use crate::providers::embedding::{
+    EmbedFailure, EmbedderCache, ModelSpec, ProviderKind, model_spec,
+};
 use crate::providers::splitting::TextSplitting;
 use crate::store::documents::DocumentStatus;
 use crate::store::ingestion::{
@@ -248,8 +250,27 @@ enum GroupError {
     Split(String),
     #[error("embedding: {0}")]
     Embed(String),
+    /// The model server refused a request for the texts it held.
+    #[error("embedding: {0}")]
+    EmbedRefused(String),
     #[error("{}", StoreError::AssociationsChanged)]
     AssociationsChanged,
+}
+
+impl GroupError {
+    /// Whether the failure comes from what a document of the group holds, so that processing
+    /// the group again fails again: a text the model server refuses, or one whose data
+    /// Postgres refuses (SQLSTATE classes 22, data exception, and 54, program limit exceeded).
+    fn is_about_a_document(&self) -> bool {
+        match self {
+            Self::EmbedRefused(_) => true,
+            Self::Database(error) => error
+                .as_database_error()
+                .and_then(|error| error.code())
+                .is_some_and(|code| code.starts_with("22") || code.starts_with("54")),
+            _ => false,
+        }
+    }
 }
 
 /// A failure of the worker outside a group: the queue or the database.
@@ -337,10 +358,7 @@ impl Worker {
             .messages()
             .await
             .map_err(QueueError::new)?;
-        // A pipeline's jobs delivered for the first time form one group; a job delivered again
-        // (its group failed) forms one of its own, so that a document that cannot be stored
-        // fails alone instead of taking the others of its group with it at every delivery.
-        let mut groups: BTreeMap<(Uuid, Option<usize>), Vec<Delivery>> = BTreeMap::new();
+        let mut groups: BTreeMap<Uuid, Vec<Delivery>> = BTreeMap::new();
         let mut backfills: Vec<Delivery<BackfillJob>> = Vec::new();
         let mut outcome = StepOutcome::default();
         let batch = InFlight::default();
@@ -360,16 +378,15 @@ impl Worker {
                         in_progress =
                             Some(batch.keep_in_progress(progress_interval(self.ack_wait)));
                     }
-                    let redelivered = message.info().is_ok_and(|info| info.delivered > 1);
                     let slot = batch.hold(message).await;
                     let batch = batch.clone();
                     match job {
                         super::queue::Message::Document(job) => {
-                            let alone = redelivered.then_some(slot);
-                            groups
-                                .entry((job.pipeline_id, alone))
-                                .or_default()
-                                .push(Delivery { job, slot, batch });
+                            groups.entry(job.pipeline_id).or_default().push(Delivery {
+                                job,
+                                slot,
+                                batch,
+                            });
                         }
                         super::queue::Message::Backfill(job) => {
                             backfills.push(Delivery { job, slot, batch });
@@ -383,7 +400,7 @@ impl Worker {
                 }
             }
         }
-        for ((pipeline_id, _), deliveries) in groups {
+        for (pipeline_id, deliveries) in groups {
             let group = self.process_group(pipeline_id, deliveries).await;
             outcome.stored += group.stored;
             outcome.skipped += group.skipped;
@@ -400,29 +417,65 @@ impl Worker {
         Ok(outcome)
     }
 
-    /// Processes one pipeline's jobs.
+    /// Processes one pipeline's jobs. When the group fails because of what one of its
+    /// documents holds, each document is processed alone, so that it fails alone instead of
+    /// taking the others with it at every delivery.
     async fn process_group(&self, pipeline_id: Uuid, deliveries: Vec<Delivery>) -> StepOutcome {
-        let started = Instant::now();
         let size = deliveries.len();
         self.metrics.processed.inc_by(size as f64);
-        let result = self.try_group(pipeline_id, &deliveries).await;
+        match self.timed_group(pipeline_id, &deliveries).await {
+            Ok(outcome) => outcome,
+            Err(error) if size > 1 && error.is_about_a_document() => {
+                tracing::info!(%error, %pipeline_id, jobs = size, "document group failed on what a document holds; its documents are processed one by one");
+                let mut outcome = StepOutcome::default();
+                for delivery in deliveries {
+                    let alone = std::slice::from_ref(&delivery);
+                    let one = match self.timed_group(pipeline_id, alone).await {
+                        Ok(one) => one,
+                        Err(error) => self.return_jobs(pipeline_id, alone, &error).await,
+                    };
+                    outcome.jobs += one.jobs;
+                    outcome.stored += one.stored;
+                    outcome.skipped += one.skipped;
+                    outcome.failed += one.failed;
+                }
+                outcome
+            }
+            Err(error) => self.return_jobs(pipeline_id, &deliveries, &error).await,
+        }
+    }
+
+    /// [`Self::try_group`], its time added to the processing latency.
+    async fn timed_group(
+        &self,
+        pipeline_id: Uuid,
+        deliveries: &[Delivery],
+    ) -> Result<StepOutcome, GroupError> {
+        let started = Instant::now();
+        let result = self.try_group(pipeline_id, deliveries).await;
         self.metrics
             .processed_latency
             .add(started.elapsed().as_secs_f64());
-        match result {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                tracing::warn!(%error, %pipeline_id, jobs = size, "document group failed; jobs return after the redelivery delay");
-                self.metrics.failed.inc_by(size as f64);
-                for delivery in &deliveries {
-                    delivery.nak(self.redelivery_delay).await;
-                }
-                StepOutcome {
-                    jobs: size,
-                    failed: size,
-                    ..StepOutcome::default()
-                }
-            }
+        result
+    }
+
+    /// Returns the jobs of a failed group; they are delivered again after the delay.
+    async fn return_jobs(
+        &self,
+        pipeline_id: Uuid,
+        deliveries: &[Delivery],
+        error: &GroupError,
+    ) -> StepOutcome {
+        let size = deliveries.len();
+        tracing::warn!(%error, %pipeline_id, jobs = size, "document group failed; jobs return after the redelivery delay");
+        self.metrics.failed.inc_by(size as f64);
+        for delivery in deliveries {
+            delivery.nak(self.redelivery_delay).await;
+        }
+        StepOutcome {
+            jobs: size,
+            failed: size,
+            ..StepOutcome::default()
         }
     }
 
@@ -696,10 +749,10 @@ impl Worker {
             .embedder(spec)
             .await
             .map_err(|e| GroupError::Embed(e.to_string()))?;
-        embedder
-            .embed(texts)
-            .await
-            .map_err(|e| GroupError::Embed(e.to_string()))
+        embedder.embed(texts).await.map_err(|e| match e {
+            EmbedFailure::Refused(_) => GroupError::EmbedRefused(e.to_string()),
+            _ => GroupError::Embed(e.to_string()),
+        })
     }
 
     /// The embedder description of a stored model, secrets decrypted.

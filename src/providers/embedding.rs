@@ -60,6 +60,10 @@ pub struct ModelSpec {
 pub enum EmbedFailure {
     #[error("Failed computing embeddings: {0}")]
     Compute(String),
+    /// The model server refused the request for what it holds (an answer of 4xx other than
+    /// 429, such as an input longer than the model reads): sending it again cannot succeed.
+    #[error("Failed computing embeddings: {0}")]
+    Refused(String),
     #[error("Received empty embedding vector")]
     Empty,
     #[error("Failed loading embedding model: {0}")]

@@ -181,19 +181,21 @@ impl OpenAiEmbedder {
             let text = response.text().await.unwrap_or_default();
             // Servers quote the key they refused (OpenAI: `Incorrect API key provided: sk-…`).
             let text = crate::providers::llm::redact(&text, &[&self.api_key]);
-            let failure = EmbedFailure::Compute(format!(
+            let reason = format!(
                 "embedding server answered HTTP {}: {}",
                 status.as_u16(),
                 excerpt(&text)
-            ));
+            );
             return Err(
                 if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
                     Attempt::Retry {
-                        failure,
+                        failure: EmbedFailure::Compute(reason),
                         retry_after,
                     }
+                } else if status.is_client_error() {
+                    Attempt::Fail(EmbedFailure::Refused(reason))
                 } else {
-                    Attempt::Fail(failure)
+                    Attempt::Fail(EmbedFailure::Compute(reason))
                 },
             );
         }

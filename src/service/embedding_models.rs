@@ -254,7 +254,9 @@ pub async fn embed_texts(
 /// `Failed loading embedding model: <reason>` for a load or probe failure.
 fn load_failure(failure: EmbedFailure) -> ApiError {
     let reason = match failure {
-        EmbedFailure::Load(reason) | EmbedFailure::Compute(reason) => reason,
+        EmbedFailure::Load(reason)
+        | EmbedFailure::Compute(reason)
+        | EmbedFailure::Refused(reason) => reason,
         EmbedFailure::Empty | EmbedFailure::Grpc(_) => failure.to_string(),
     };
     invalid(format!("Failed loading embedding model: {reason}"))

@@ -474,8 +474,8 @@ async fn a_failure_on_one_document_returns_only_its_job() {
     assert_one_fragment_set(&app, &good).await;
 }
 
-/// A fake OpenAI-compatible embeddings server that refuses any request holding a text with the
-/// word `poison` (as a model refuses an input longer than it reads) and answers the others.
+/// A fake OpenAI-compatible embeddings server that refuses (400) any request holding a text with
+/// the word `poison`, as a model refuses an input longer than it reads, and answers the others.
 #[poem::handler]
 async fn picky_embeddings(body: poem::web::Json<Value>) -> poem::Response {
     use poem::IntoResponse as _;
@@ -498,7 +498,7 @@ async fn picky_embeddings(body: poem::web::Json<Value>) -> poem::Response {
 }
 
 #[tokio::test]
-async fn a_document_that_cannot_be_stored_fails_alone_from_its_second_delivery() {
+async fn a_document_the_model_refuses_fails_alone() {
     let app = spawn_app_with(AppOptions {
         no_worker: true,
         redelivery_delay: Some(Duration::from_secs(1)),
@@ -526,12 +526,9 @@ async fn a_document_that_cannot_be_stored_fails_alone_from_its_second_delivery()
     let poison = app.submit_text(&pid, "poison", &long_text("poison")).await;
     let last = app.submit_text(&pid, "last", &long_text("breeze")).await;
 
-    // One group: the model refuses its request, and every job of the group returns.
+    // The model refuses the group's request: each document is then embedded alone, and only
+    // the refused one returns to the queue.
     let worker = app.worker().await;
-    let outcome = step(&worker).await;
-    assert_eq!((outcome.jobs, outcome.failed), (3, 3), "{outcome:?}");
-    // Delivered again, each job is a group of its own: the others are stored.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     let outcome = step(&worker).await;
     assert_eq!(
         outcome,
@@ -547,6 +544,14 @@ async fn a_document_that_cannot_be_stored_fails_alone_from_its_second_delivery()
     assert_eq!(status_of(&app, &poison).await, "pending");
     assert_one_fragment_set(&app, &first).await;
     assert_one_fragment_set(&app, &last).await;
+    assert_eq!(worker_metric(&worker, PROCESSED), 3.0);
+    assert_eq!(worker_metric(&worker, SUCCESS), 2.0);
+    assert_eq!(worker_metric(&worker, FAILED), 1.0);
+    // Delivered again after the delay, it fails again, alone.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let outcome = step(&worker).await;
+    assert_eq!((outcome.jobs, outcome.failed), (1, 1), "{outcome:?}");
+    assert_eq!(status_of(&app, &poison).await, "pending");
 }
 
 #[tokio::test]
