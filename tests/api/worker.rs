@@ -488,13 +488,7 @@ async fn picky_embeddings(body: poem::web::Json<Value>) -> poem::Response {
             .status(poem::http::StatusCode::BAD_REQUEST)
             .body(r#"{"error": {"message": "This input is refused."}}"#);
     }
-    let data: Vec<Value> = (0..inputs.len())
-        .map(|index| {
-            let vector: Vec<f32> = (0..384).map(|i| ((index + i) % 7) as f32 + 1.0).collect();
-            json!({"object": "embedding", "index": index, "embedding": vector})
-        })
-        .collect();
-    poem::web::Json(json!({"object": "list", "data": data, "model": body["model"]})).into_response()
+    embeddings_answer(&body).into_response()
 }
 
 #[tokio::test]
@@ -505,23 +499,11 @@ async fn a_document_the_model_refuses_fails_alone() {
         ..AppOptions::default()
     })
     .await;
-    let address = crate::helpers::serve_on_loopback(
+    let pid = pipeline_with_fake_model(
+        &app,
         poem::Route::new().at("/v1/embeddings", poem::post(picky_embeddings)),
-    );
-    let model = app.create_hash_model("picky", 384).await;
-    let model_id = uuid_of(&model, "id");
-    let pid = app
-        .new_pipeline_id(json!({"embedding_model_id": model_id}))
-        .await;
-    sqlx::query(
-        "UPDATE embedding_models SET provider = 'openai', parameters = $2, secret_parameters = NULL
-         WHERE id = $1",
     )
-    .bind(model_id)
-    .bind(json!({"base_url": format!("http://{address}/v1"), "api_key": "sk-test"}))
-    .execute(&app.pool)
-    .await
-    .unwrap();
+    .await;
     let first = app.submit_text(&pid, "first", &long_text("calm")).await;
     let poison = app.submit_text(&pid, "poison", &long_text("poison")).await;
     let last = app.submit_text(&pid, "last", &long_text("breeze")).await;
@@ -631,6 +613,11 @@ async fn slow_embeddings(
     };
     // The fake server's pace: a slow answer.
     tokio::time::sleep(delay).await;
+    embeddings_answer(&body)
+}
+
+/// An OpenAI-compatible answer to an embeddings request: a vector of 384 dimensions per input.
+fn embeddings_answer(body: &Value) -> poem::web::Json<Value> {
     let count = body["input"].as_array().map_or(0, Vec::len);
     let data: Vec<Value> = (0..count)
         .map(|index| {
@@ -641,16 +628,27 @@ async fn slow_embeddings(
     poem::web::Json(json!({"object": "list", "data": data, "model": body["model"]}))
 }
 
-/// A pipeline whose embedding model answers through [`slow_embeddings`] (a `hash` model of 384
-/// dimensions pointed at the fake server); returns its id.
+/// A pipeline whose embedding model answers through [`slow_embeddings`]; returns its id.
 async fn pipeline_with_slow_model(app: &TestApp, fake: &SlowShared) -> String {
     use poem::EndpointExt;
-    let address = crate::helpers::serve_on_loopback(
+    pipeline_with_fake_model(
+        app,
         poem::Route::new()
             .at("/v1/embeddings", poem::post(slow_embeddings))
             .data(fake.clone()),
-    );
-    let model = app.create_hash_model("slow", 384).await;
+    )
+    .await
+}
+
+/// A pipeline whose embedding model (a `hash` model of 384 dimensions made `openai`) answers
+/// through the fake OpenAI-compatible server `fake`; returns its id.
+async fn pipeline_with_fake_model<E>(app: &TestApp, fake: E) -> String
+where
+    E: poem::IntoEndpoint + Send + 'static,
+    E::Endpoint: 'static,
+{
+    let address = crate::helpers::serve_on_loopback(fake);
+    let model = app.create_hash_model("fake", 384).await;
     let model_id = uuid_of(&model, "id");
     let pid = app
         .new_pipeline_id(json!({"embedding_model_id": model_id}))
