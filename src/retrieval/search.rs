@@ -546,7 +546,8 @@ pub async fn hybrid(
     }
     // Postgres text cannot hold U+0000; as a word separator it means what a space means.
     let text = hybrid.text.replace('\0', " ");
-    let config = trove_text::likeliest_text_search_config(&text);
+    // The language of the words the lexical list reads.
+    let config = trove_text::likeliest_text_search_config(trove_query::hybrid::lexical_text(&text));
     let plan = planned(
         query,
         threshold,
