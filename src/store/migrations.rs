@@ -122,6 +122,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "fragment_tsvector",
         sql: include_str!("../../migrations/0021_fragment_tsvector.sql"),
     },
+    Migration {
+        version: 22,
+        name: "narrow_word_counts",
+        sql: include_str!("../../migrations/0022_narrow_word_counts.sql"),
+    },
 ];
 
 /// Key of the advisory lock held while migrating (any fixed number unique to Trove).

@@ -875,3 +875,43 @@ async fn the_word_statistics_follow_every_write_and_fold() {
         .await;
     assert_eq!(norms, 0);
 }
+
+#[tokio::test]
+async fn the_word_statistics_of_a_large_fragment_sort_its_words_alone() {
+    let app = hybrid_app("hybrid").await;
+    let pid = notes_pipeline(&app, json!({})).await;
+    let pipeline_id = Uuid::parse_str(&pid).unwrap();
+    // A fragment of 25,000 distinct words added to a stored version, with the statistics'
+    // grouping made to sort: each of its words' rows must not carry the fragment's 200 KB.
+    let text: String = (0..25_000).map(|i| format!("w{i:06} ")).collect();
+    let mut tx = app.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL enable_hashagg = off")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SET LOCAL temp_file_limit = '64MB'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO fragments (id, pipeline_id, document_id, version, order_id, classification,
+                                metadata, content, tsv)
+         SELECT gen_random_uuid(), f.pipeline_id, f.document_id, f.version, 1000, f.classification,
+                f.metadata, convert_to($2, 'UTF8'), fragment_tsvector('english', $2)
+         FROM fragments f WHERE f.pipeline_id = $1 LIMIT 1",
+    )
+    .bind(pipeline_id)
+    .bind(&text)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let counted: i64 = sqlx::query_scalar(
+        "SELECT sum(fragments)::bigint FROM word_counts WHERE pipeline_id = $1 AND word = 'w024999'",
+    )
+    .bind(pipeline_id)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(counted, 1);
+    tx.rollback().await.unwrap();
+}
