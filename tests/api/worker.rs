@@ -343,14 +343,19 @@ async fn break_model(app: &TestApp, model_id: Uuid, broken: bool) {
     .unwrap();
 }
 
-#[tokio::test]
-async fn a_failing_group_stays_pending_and_is_delivered_again_after_the_delay() {
-    let app = spawn_app_with(AppOptions {
+/// An app without a worker of its own whose returned jobs come back after one second.
+async fn app_returning_jobs_for_a_second() -> TestApp {
+    spawn_app_with(AppOptions {
         no_worker: true,
         redelivery_delay: Some(Duration::from_secs(1)),
         ..AppOptions::default()
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_failing_group_stays_pending_and_is_delivered_again_after_the_delay() {
+    let app = app_returning_jobs_for_a_second().await;
     let model = app.create_hash_model("flaky", 384).await;
     let model_id = uuid_of(&model, "id");
     let pid = app
@@ -419,12 +424,7 @@ async fn a_failing_group_stays_pending_and_is_delivered_again_after_the_delay() 
 
 #[tokio::test]
 async fn a_failure_on_one_document_returns_only_its_job() {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        redelivery_delay: Some(Duration::from_secs(1)),
-        ..AppOptions::default()
-    })
-    .await;
+    let app = app_returning_jobs_for_a_second().await;
     let pid = app.new_pipeline_id(json!({})).await;
     let bad = app.submit_text(&pid, "bad", &long_text("squall")).await;
     let good = app.submit_text(&pid, "good", &long_text("calm")).await;
@@ -493,12 +493,7 @@ async fn picky_embeddings(body: poem::web::Json<Value>) -> poem::Response {
 
 #[tokio::test]
 async fn a_document_the_model_refuses_fails_alone() {
-    let app = spawn_app_with(AppOptions {
-        no_worker: true,
-        redelivery_delay: Some(Duration::from_secs(1)),
-        ..AppOptions::default()
-    })
-    .await;
+    let app = app_returning_jobs_for_a_second().await;
     let pid = pipeline_with_fake_model(
         &app,
         poem::Route::new().at("/v1/embeddings", poem::post(picky_embeddings)),
