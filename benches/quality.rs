@@ -724,15 +724,16 @@ struct Hit {
     score: f64,
 }
 
-/// The pages of an answer's fragments, each at its first fragment.
-fn pages_of<'a>(hits: impl IntoIterator<Item = &'a Hit>) -> Vec<&'a str> {
+/// The rank (from 1) of `page` among the pages of an answer's fragments, each page at its first
+/// fragment.
+fn page_rank<'a>(hits: impl IntoIterator<Item = &'a Hit>, page: &str) -> Option<usize> {
     let mut pages: Vec<&str> = Vec::new();
     for hit in hits {
         if !pages.contains(&hit.page.as_str()) {
             pages.push(&hit.page);
         }
     }
-    pages
+    pages.iter().position(|p| *p == page).map(|r| r + 1)
 }
 
 /// Whether two neighbours among an answer's first 10 fragments have the same score and
@@ -780,9 +781,7 @@ async fn measure(
         for step in 0..searches.len() {
             let m = &mut measured[(i + step) % searches.len()];
             let (elapsed, hits) = search(http, &path, m.search, &q.question).await;
-            let pages = pages_of(&hits);
-            m.ranks
-                .push(pages.iter().position(|p| *p == q.page).map(|r| r + 1));
+            m.ranks.push(page_rank(&hits, &q.page));
             m.hits.push(hits);
             m.times.push(elapsed);
         }
@@ -911,10 +910,7 @@ fn tie_averaged_scores(m: &Measured, questions: &[Question]) -> [Scores; 3] {
                 for run in order.chunk_by_mut(|a, b| a.score == b.score) {
                     run.shuffle(&mut rng);
                 }
-                pages_of(order)
-                    .iter()
-                    .position(|p| *p == q.page)
-                    .map(|r| r + 1)
+                page_rank(order, &q.page)
             })
             .collect();
         orders.push(class_scores_of(&ranks, questions));

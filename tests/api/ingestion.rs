@@ -381,27 +381,16 @@ async fn a_fragment_whose_words_exceed_a_full_text_vector_keeps_those_of_its_beg
         text.push_str(&format!(" w{i:06}"));
     }
     text.push_str(" Kilimanjaro");
-    let reply = app
-        .post(
-            &format!("/pipelines/{pid}/documents"),
-            &json!({"external_identifier": "ids", "classification": "public", "metadata": {"year": 2024}, "text": text}),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text);
+    app.submit_text(pid, "ids", &text).await;
     store_all(&app, 1).await;
-    let found = |query: &'static str| {
-        let app = &app;
-        async move {
-            let reply = app
-                .post(
-                    &format!("/pipelines/{pid}/search"),
-                    &json!({"query": query, "type": "search", "classification": "public"}),
-                )
-                .await;
-            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
-            reply.body.as_array().unwrap().len()
-        }
-    };
-    assert_eq!(found("Zanzibar").await, 1);
-    assert_eq!(found("Kilimanjaro").await, 0);
+    for (query, fragments) in [("Zanzibar", 1), ("Kilimanjaro", 0)] {
+        let reply = app
+            .post(
+                &format!("/pipelines/{pid}/search"),
+                &json!({"query": query, "type": "search", "classification": "public"}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        assert_eq!(reply.body.as_array().unwrap().len(), fragments, "{query}");
+    }
 }
